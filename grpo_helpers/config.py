@@ -12,8 +12,9 @@ Introduced in: 01_gsm8k_dataset.ipynb
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -54,3 +55,147 @@ def pick(full, fast):  # noqa: ANN001, ANN201 - any value type
         True
     """
     return fast if FAST else full
+
+
+# --------------------------------------------------------------------------------------
+# The run configuration: every flag of the demo scripts (01-demo.py, 02-demo-async.py)
+# and of the article's train.py, with their defaults, plus what a course run needs.
+# --------------------------------------------------------------------------------------
+
+#: The default base model of each engine.
+DEFAULT_BASE_MODELS = {
+    "local": "HuggingFaceTB/SmolLM2-135M-Instruct",
+    "pytrio": "Qwen/Qwen3.5-4B",
+}
+BACKENDS = tuple(DEFAULT_BASE_MODELS)
+REWARDS = ("binary", "shaped")
+ADVANTAGE_SCALES = ("none", "group")
+DATASETS = ("gsm8k", "arithmetic")
+MODES = ("sync", "async")
+
+
+@dataclass
+class GRPOConfig:
+    """Everything that defines a GRPO run; saved as ``config.json`` in its run dir.
+
+    The defaults are the demo scripts' (``--steps 10 --batch-size 4 --group-size 4
+    --max-tokens 1024 --lora-rank 32 --learning-rate 4e-5``). ``base_model=None``
+    means the engine's default: SmolLM2-135M-Instruct on the local engine,
+    Qwen/Qwen3.5-4B on PyTRIO.
+
+    Introduced in: 05_sync_training_loop.ipynb
+    """
+
+    base_model: str | None = None
+    lora_rank: int = 32
+    steps: int = 10
+    all_data: bool = False
+    limit: int | None = None  # rows of the train split to use (None: all)
+    batch_size: int = 4  # prompts per step
+    group_size: int = 4  # completions per prompt
+    max_tokens: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    seed: int = 42
+    learning_rate: float = 4e-5
+    beta1: float = 0.9
+    beta2: float = 0.95
+    reward: str = "binary"  # binary | shaped
+    advantage_scale: str = "none"  # none (reward - mean) | group (/ group std)
+    weights_name: str = "grpo-gsm8k"
+    swanlab: bool = False
+    swanlab_project: str = "trio-case"
+    swanlab_experiment_name: str = "grpo-gsm8k"
+    backend: str = field(default_factory=lambda: SETTINGS.backend)
+    run_dir: str | None = None  # None: runs/<weights_name>
+    save_every: int = 1  # steps between resumable checkpoints (0: only at the end)
+    eval_limit: int = 0  # test questions to evaluate after training (0: none)
+    dataset: str = "gsm8k"  # gsm8k | arithmetic (word problems a 135M model can learn)
+    difficulty: int = 1  # arithmetic problems only
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the bad field, its value and what is allowed."""
+        checks: list[tuple[bool, str]] = [
+            (
+                self.group_size >= 2,
+                f"group_size must be >= 2 (GRPO compares "
+                f"completions within a group), got {self.group_size}",
+            ),
+            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
+            (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
+            (self.steps >= 0, f"steps must be >= 0, got {self.steps}"),
+            (
+                self.limit is None or self.limit >= 1,
+                f"limit must be >= 1 or None, got {self.limit}",
+            ),
+            (
+                4 <= self.lora_rank <= 64,
+                f"lora_rank must be in [4, 64] (PyTRIO's limit), got {self.lora_rank}",
+            ),
+            (
+                self.temperature >= 0,
+                f"temperature must be >= 0, got {self.temperature}",
+            ),
+            (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
+            (
+                self.learning_rate > 0,
+                f"learning_rate must be > 0, got {self.learning_rate}",
+            ),
+            (
+                0 <= self.beta1 < 1 and 0 <= self.beta2 < 1,
+                f"beta1 and beta2 must be in [0, 1), got {self.beta1}, {self.beta2}",
+            ),
+            (
+                self.reward in REWARDS,
+                f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}",
+            ),
+            (
+                self.advantage_scale in ADVANTAGE_SCALES,
+                f"unknown advantage_scale {self.advantage_scale!r}; "
+                f"choose one of {', '.join(ADVANTAGE_SCALES)}",
+            ),
+            (
+                self.backend in BACKENDS,
+                f"unknown backend {self.backend!r}; choose one "
+                f"of {', '.join(BACKENDS)}",
+            ),
+            (
+                self.dataset in DATASETS,
+                f"unknown dataset {self.dataset!r}; choose one "
+                f"of {', '.join(DATASETS)}",
+            ),
+            (self.save_every >= 0, f"save_every must be >= 0, got {self.save_every}"),
+            (self.eval_limit >= 0, f"eval_limit must be >= 0, got {self.eval_limit}"),
+            (
+                self.difficulty in (1, 2, 3),
+                f"difficulty must be 1, 2 or 3, got {self.difficulty}",
+            ),
+            (bool(self.weights_name.strip()), "weights_name must not be empty"),
+        ]
+        errors = [message for ok, message in checks if not ok]
+        if errors:
+            raise ValueError("Bad GRPO configuration: " + "; ".join(errors))
+
+    @property
+    def model_name(self) -> str:
+        """The base model this run uses (the engine's default when not given)."""
+        return self.base_model or DEFAULT_BASE_MODELS[self.backend]
+
+    @property
+    def run_path(self) -> Path:
+        """The run directory: ``run_dir``, or ``runs/<weights_name>``."""
+        return Path(self.run_dir or Path("runs") / self.weights_name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> GRPOConfig:
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"Unknown GRPOConfig fields: {', '.join(unknown)}")
+        return cls(**values)

