@@ -1,0 +1,7 @@
+"""``python -m grpo_helpers train|eval|series``: see :mod:`grpo_helpers.cli`."""
+
+import sys
+
+from grpo_helpers.cli import main
+
+sys.exit(main())

@@ -1,0 +1,195 @@
+"""The command line: ``python -m grpo_helpers train|eval|series`` (or ``grpo ...``).
+
+``train`` takes the demo scripts' flags, spelled the same (``--steps --batch-size
+--group-size --max-tokens ...``), plus ``--limit --reward --backend --run-dir
+--resume --save-every``; ``eval`` compares a base model and a checkpoint on the same
+questions; ``series`` executes every notebook and says where the executed copies are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import fields
+from pathlib import Path
+
+from grpo_helpers.config import (
+    ADVANTAGE_SCALES,
+    BACKENDS,
+    DATASETS,
+    REWARDS,
+    SETTINGS,
+    GRPOConfig,
+)
+
+
+def _train_parser(sub: argparse._SubParsersAction) -> None:
+    d = GRPOConfig.__dataclass_fields__
+    p = sub.add_parser(
+        "train",
+        help="run GRPO training (the demo scripts' flags)",
+        description="GRPO on GSM8K (or arithmetic word problems) with the sync or "
+        "async loop, on the local engine or PyTRIO.",
+    )
+    p.add_argument("--mode", choices=("sync", "async"), default="sync")
+    p.add_argument("--base-model", default=None, help="default: the engine's default")
+    p.add_argument("--lora-rank", type=int, default=d["lora_rank"].default)
+    p.add_argument("--steps", type=int, default=d["steps"].default)
+    p.add_argument(
+        "--all-data",
+        action="store_true",
+        help="one pass over the train split (ignores --steps)",
+    )
+    p.add_argument("--limit", type=int, default=None, help="rows of the train split")
+    p.add_argument("--batch-size", type=int, default=d["batch_size"].default)
+    p.add_argument("--group-size", type=int, default=d["group_size"].default)
+    p.add_argument("--max-tokens", type=int, default=d["max_tokens"].default)
+    p.add_argument("--temperature", type=float, default=d["temperature"].default)
+    p.add_argument("--top-p", type=float, default=d["top_p"].default)
+    p.add_argument("--seed", type=int, default=d["seed"].default)
+    p.add_argument("--learning-rate", type=float, default=d["learning_rate"].default)
+    p.add_argument("--beta1", type=float, default=d["beta1"].default)
+    p.add_argument("--beta2", type=float, default=d["beta2"].default)
+    p.add_argument("--reward", choices=REWARDS, default=d["reward"].default)
+    p.add_argument(
+        "--advantage-scale",
+        choices=ADVANTAGE_SCALES,
+        default=d["advantage_scale"].default,
+    )
+    p.add_argument("--weights-name", default=d["weights_name"].default)
+    p.add_argument(
+        "--swanlab",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="log to SwanLab (off unless asked; never needed)",
+    )
+    p.add_argument("--swanlab-project", default=d["swanlab_project"].default)
+    p.add_argument(
+        "--swanlab-experiment-name", default=d["swanlab_experiment_name"].default
+    )
+    p.add_argument("--backend", choices=BACKENDS, default=SETTINGS.backend)
+    p.add_argument("--run-dir", default=None, help="default: runs/<weights-name>")
+    p.add_argument("--resume", action="store_true", help="continue an interrupted run")
+    p.add_argument(
+        "--overwrite", action="store_true", help="start again in an existing run dir"
+    )
+    p.add_argument("--save-every", type=int, default=d["save_every"].default)
+    p.add_argument("--eval-limit", type=int, default=d["eval_limit"].default)
+    p.add_argument("--dataset", choices=DATASETS, default=d["dataset"].default)
+    p.add_argument("--difficulty", type=int, default=d["difficulty"].default)
+
+
+def config_from_args(args: argparse.Namespace) -> GRPOConfig:
+    """The GRPOConfig that a ``train`` command line describes."""
+    names = {f.name for f in fields(GRPOConfig)}
+    return GRPOConfig(**{k: v for k, v in vars(args).items() if k in names})
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from grpo_helpers.training import train_async, train_sync
+
+    started = time.time()
+    config = config_from_args(args)
+    kwargs = {"resume": args.resume, "overwrite": args.overwrite}
+    if args.mode == "sync":
+        result = train_sync(config, **kwargs)
+    else:
+        result = asyncio.run(train_async(config, **kwargs))
+    print(f"Run directory: {result.run_dir}")
+    print(f"Saved weights path: {result.weights_path}")
+    print("#" * 50)
+    print("# all done")
+    print(f"# train cost {time.time() - started:.2f}s")
+    print("#" * 50)
+    return 0
+
+
+def _series_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "series",
+        help="execute the notebooks and save executed copies",
+        description="Execute every notebook of the series in order, on the default "
+        "engine, and write executed copies (outputs and plots included).",
+    )
+    p.add_argument("--notebooks", default=str(SETTINGS.project_root / "notebooks"))
+    p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "notebooks"))
+    p.add_argument(
+        "--only", default="", help="comma-separated prefixes, e.g. 01,02 (default: all)"
+    )
+    p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+
+
+def cmd_series(args: argparse.Namespace) -> int:
+    import nbformat
+    from nbclient import NotebookClient
+    from nbclient.exceptions import CellExecutionError
+
+    src = Path(args.notebooks)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    wanted = [p.strip() for p in args.only.split(",") if p.strip()]
+    books = sorted(
+        p
+        for p in src.glob("[0-9][0-9]_*.ipynb")
+        if not wanted or any(p.name.startswith(w) for w in wanted)
+    )
+    if not books:
+        print(f"No notebooks found in {src} (only={args.only!r})", file=sys.stderr)
+        return 2
+    summary: list[tuple[str, str, float, Path]] = []
+    for book in books:
+        print(f"Running {book.name} ...", flush=True)
+        nb = nbformat.read(book, as_version=4)
+        client = NotebookClient(
+            nb, timeout=args.timeout, resources={"metadata": {"path": str(src)}}
+        )
+        started = time.perf_counter()
+        status = "ok"
+        try:
+            client.execute()
+        except CellExecutionError as error:
+            status = "FAILED"
+            print(str(error)[-2000:], file=sys.stderr)
+        seconds = time.perf_counter() - started
+        target = out / book.name
+        nbformat.write(nb, target)
+        summary.append((book.name, status, seconds, target))
+        print(f"  {status} in {seconds:.0f} s -> {target}", flush=True)
+    print("\nExecuted notebooks (open them with `jupyter lab`):")
+    for name, status, seconds, target in summary:
+        print(f"  {status:6s} {seconds:7.0f} s  {name:34s} {target}")
+    return 0 if all(s == "ok" for _, s, _, _ in summary) else 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="grpo", description="GRPO on GSM8K, step by step (grpo-notebooks)."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    _train_parser(sub)
+    _series_parser(sub)
+    return parser
+
+
+COMMANDS = {"train": cmd_train, "series": cmd_series}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (ValueError, FileExistsError, FileNotFoundError) as error:
+        # Bad input: say what was wrong without a traceback.
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(
+            "\ninterrupted: the run directory keeps every finished step; "
+            "continue with --resume",
+            file=sys.stderr,
+        )
+        return 130

@@ -1,0 +1,297 @@
+"""Every figure of the series, in one style: ``ax=None`` in, the axes out.
+
+Plots read data (a metrics DataFrame, ``metrics.jsonl``, evaluation summaries),
+never the training objects, so a finished run directory can be plotted again later.
+
+Introduced in: 01_gsm8k_dataset.ipynb (histograms), used by every notebook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+if not matplotlib.get_backend().lower().startswith(("module://", "qt", "tk", "mac")):
+    matplotlib.use("Agg")  # headless (CI, scripts); notebooks keep the inline backend
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+
+FIGSIZE = (6.0, 3.5)
+COLORS = {
+    "reward": "#1f77b4",
+    "accuracy": "#2ca02c",
+    "degenerate": "#d62728",
+    "length": "#9467bd",
+    "base": "#7f7f7f",
+    "trained": "#ff7f0e",
+}
+
+
+def _axes(ax: plt.Axes | None, figsize: tuple[float, float] = FIGSIZE) -> plt.Axes:
+    if ax is None:
+        _, ax = plt.subplots(figsize=figsize, layout="constrained")
+    return ax
+
+
+def _metrics(metrics: pd.DataFrame | str | Path) -> pd.DataFrame:
+    if isinstance(metrics, (str, Path)):
+        from grpo_helpers.training import load_metrics
+
+        path = Path(metrics)
+        return load_metrics(path.parent if path.suffix == ".jsonl" else path)
+    return metrics
+
+
+def plot_histogram(
+    values: Iterable[float],
+    *,
+    bins: int | Sequence[float] = 30,
+    title: str = "",
+    xlabel: str = "",
+    ax: plt.Axes | None = None,
+    color: str = COLORS["reward"],
+    percentiles: Sequence[float] = (),
+) -> plt.Axes:
+    """A histogram, with optional vertical lines at the given percentiles."""
+    ax = _axes(ax)
+    data = np.asarray(list(values), dtype=float)
+    ax.hist(data, bins=bins, color=color, alpha=0.8)
+    for q in percentiles:
+        x = float(np.percentile(data, q))
+        ax.axvline(x, color="black", linestyle="--", linewidth=1)
+        ax.annotate(f"p{q:g}={x:.0f}", (x, ax.get_ylim()[1] * 0.9), fontsize=8)
+    ax.set(title=title, xlabel=xlabel, ylabel="count")
+    return ax
+
+
+def plot_training_curves(
+    metrics: pd.DataFrame | str | Path, ax: plt.Axes | None = None
+) -> plt.Axes:
+    """Reward, exact accuracy and the fraction of degenerate groups per step.
+
+    Args:
+        metrics: a metrics DataFrame (one row per step), a run directory, or its
+            ``metrics.jsonl``.
+        ax: where to draw; a new figure when None.
+    """
+    df = _metrics(metrics)
+    ax = _axes(ax)
+    if len(df):
+        ax.plot(
+            df["step"],
+            df["reward_mean"],
+            "o-",
+            label="reward (mean)",
+            color=COLORS["reward"],
+        )
+        ax.plot(
+            df["step"],
+            df["accuracy"],
+            "s-",
+            label="exact accuracy",
+            color=COLORS["accuracy"],
+        )
+        ax.plot(
+            df["step"],
+            df["frac_degenerate"],
+            "^--",
+            label="degenerate groups",
+            color=COLORS["degenerate"],
+            alpha=0.7,
+        )
+    ax.set(
+        xlabel="step",
+        ylabel="value",
+        ylim=(-0.05, 1.05),
+        title="GRPO training: reward and accuracy per step",
+    )
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_completion_lengths(
+    metrics: pd.DataFrame | str | Path, ax: plt.Axes | None = None
+) -> plt.Axes:
+    """Mean and max completion tokens per step, and how many hit ``max_tokens``."""
+    df = _metrics(metrics)
+    ax = _axes(ax)
+    if len(df):
+        ax.plot(
+            df["step"],
+            df["completion_tokens_mean"],
+            "o-",
+            label="mean tokens",
+            color=COLORS["length"],
+        )
+        ax.plot(
+            df["step"],
+            df["completion_tokens_max"],
+            ":",
+            label="max tokens",
+            color=COLORS["length"],
+        )
+        twin = ax.twinx()
+        twin.bar(
+            df["step"],
+            df["hit_max_frac"],
+            alpha=0.25,
+            color=COLORS["degenerate"],
+            label="hit max_tokens (fraction)",
+        )
+        twin.set(ylabel="fraction hit max_tokens", ylim=(0, 1))
+        twin.legend(loc="upper right", fontsize=8)
+    ax.set(
+        xlabel="step", ylabel="completion tokens", title="Completion length per step"
+    )
+    ax.legend(loc="upper left", fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_step_times(
+    metrics: pd.DataFrame | str | Path, ax: plt.Axes | None = None
+) -> plt.Axes:
+    """Seconds per step spent sampling vs training (stacked bars)."""
+    df = _metrics(metrics)
+    ax = _axes(ax)
+    if len(df):
+        ax.bar(
+            df["step"], df["seconds_sampling"], label="sampling", color=COLORS["reward"]
+        )
+        ax.bar(
+            df["step"],
+            df["seconds_training"],
+            bottom=df["seconds_sampling"],
+            label="training",
+            color=COLORS["trained"],
+        )
+    ax.set(xlabel="step", ylabel="seconds", title="Where a step's time goes")
+    ax.legend(fontsize=8)
+    return ax
+
+
+class LivePlot:
+    """A training-curve figure that redraws in place after every step.
+
+    Pass ``LivePlot()`` as ``on_step`` to ``train_sync`` / ``train_async``: in
+    Jupyter the same output area is updated each step (no pile of figures); outside
+    Jupyter it only keeps the last DataFrame.
+    """
+
+    def __init__(self, *, lengths: bool = False) -> None:
+        self.lengths = lengths
+        self.handle: Any = None
+        self.metrics: pd.DataFrame | None = None
+
+    def __call__(self, metrics: pd.DataFrame) -> None:
+        self.metrics = metrics
+        ncols = 2 if self.lengths else 1
+        fig, axes = plt.subplots(
+            1,
+            ncols,
+            figsize=(FIGSIZE[0] * ncols, FIGSIZE[1]),
+            layout="constrained",
+            squeeze=False,
+        )
+        plot_training_curves(metrics, ax=axes[0][0])
+        if self.lengths:
+            plot_completion_lengths(metrics, ax=axes[0][1])
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:  # pragma: no cover - IPython ships with jupyter
+            plt.close(fig)
+            return
+        if get_ipython() is None:
+            plt.close(fig)
+            return
+        if self.handle is None:
+            self.handle = display(fig, display_id=True)
+        else:
+            self.handle.update(fig)
+        plt.close(fig)
+
+
+def plot_degenerate_probability(
+    group_sizes: Sequence[int] = (2, 4, 8, 16),
+    ax: plt.Axes | None = None,
+    simulated: Mapping[int, tuple[Sequence[float], Sequence[float]]] | None = None,
+) -> plt.Axes:
+    """P(all rewards in a group are equal) = p^G + (1-p)^G, against the pass rate p.
+
+    ``simulated`` maps a group size to (pass rates, observed fractions) from a
+    simulation, drawn as dots on the formula's curve.
+    """
+    ax = _axes(ax)
+    p = np.linspace(0, 1, 201)
+    for g in group_sizes:
+        (line,) = ax.plot(p, p**g + (1 - p) ** g, label=f"G = {g}")
+        if simulated and g in simulated:
+            xs, ys = simulated[g]
+            ax.plot(xs, ys, "o", color=line.get_color(), markersize=4)
+    ax.set(
+        xlabel="pass rate p of the prompt",
+        ylabel="P(degenerate group)",
+        title="Degenerate groups: formula (lines) and simulation (dots)",
+        ylim=(0, 1.02),
+    )
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_accuracy_comparison(
+    rows: pd.DataFrame | Sequence[Mapping[str, Any]],
+    ax: plt.Axes | None = None,
+    metrics: Sequence[str] = ("exact", "lenient"),
+) -> plt.Axes:
+    """Grouped bars of accuracy per model with 95% interval whiskers.
+
+    Args:
+        rows: one row per model with ``model``, and for each metric ``m`` the
+            columns ``m`` (accuracy), ``m_low`` and ``m_high`` (interval bounds).
+        metrics: which accuracies to draw side by side.
+    """
+    df = pd.DataFrame(rows)
+    ax = _axes(ax)
+    x = np.arange(len(df))
+    width = 0.8 / len(metrics)
+    for j, m in enumerate(metrics):
+        acc = df[m].to_numpy(dtype=float)
+        err = np.vstack([acc - df[f"{m}_low"], df[f"{m}_high"] - acc])
+        bars = ax.bar(x + j * width, acc, width, yerr=err, capsize=4, label=m)
+        for bar, value in zip(bars, acc, strict=True):
+            ax.annotate(
+                f"{value:.0%}",
+                (bar.get_x() + bar.get_width() / 2, value),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
+    ax.set_xticks(x + width * (len(metrics) - 1) / 2, df["model"])
+    ax.set(
+        ylabel="accuracy", ylim=(0, 1.05), title="Accuracy with 95% Wilson intervals"
+    )
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_reward_distributions(
+    rewards: Mapping[str, Sequence[float]], ax: plt.Axes | None = None
+) -> plt.Axes:
+    """Overlaid histograms of rewards, one per reward function."""
+    ax = _axes(ax)
+    bins = np.linspace(0, 1, 21)
+    for name, values in rewards.items():
+        ax.hist(values, bins=bins, alpha=0.5, label=name)
+    ax.set(xlabel="reward", ylabel="completions", title="Reward distributions")
+    ax.legend(fontsize=8)
+    return ax

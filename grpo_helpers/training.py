@@ -1,0 +1,698 @@
+"""The GRPO training loops, sync and async, with a run directory you can resume.
+
+One GRPO step, as in the PyTRIO demo scripts:
+
+1. ``save_weights_and_get_sampling_client()``: a sampler frozen at the current
+   weights (on-policy: the completions come from the policy being trained);
+2. for each of ``batch_size`` prompts, sample ``group_size`` completions, grade each
+   with the reward function, and give each ``reward - group mean`` as advantage;
+3. skip *degenerate* groups (all rewards equal: every advantage is zero);
+4. turn the rest into Datums and call
+   ``forward_backward(datums, loss_fn="importance_sampling")`` then ``optim_step``;
+   a step with no datums makes no update.
+
+``train_sync`` waits on every future explicitly (``.result()``); ``train_async``
+samples all prompts of a step concurrently and submits ``forward_backward`` and
+``optim_step`` before awaiting either. Both write the same run directory::
+
+    runs/<name>/config.json       the GRPOConfig of the run
+    runs/<name>/metrics.jsonl     one line per step, flushed as it is written
+    runs/<name>/samples.jsonl     every completion: step, question, text, reward...
+    runs/<name>/checkpoint.json   the last resumable state (step and its path)
+    runs/<name>/weights.json      the final sampler weights (name and path)
+
+Introduced in: 05_sync_training_loop.ipynb and 06_async_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import os
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytrio as trio
+from tqdm.auto import tqdm
+
+from grpo_helpers.advantages import is_degenerate
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.data import (
+    extract_gsm8k_answer,
+    get_num_steps,
+    load_gsm8k,
+    make_arithmetic_splits,
+    pick_batch,
+)
+from grpo_helpers.datum import RolloutSample, build_grpo_datum
+from grpo_helpers.prompts import build_prompt
+from grpo_helpers.rewards import get_reward_fn, grade_answer
+from grpo_helpers.rollout import (
+    make_sampling_params,
+    run_rollout_group,
+    run_rollout_group_async,
+)
+
+StepCallback = Callable[[pd.DataFrame], None]
+
+#: Config fields that may differ when a run is resumed (they change no result).
+RESUME_MUTABLE_FIELDS = ("run_dir", "swanlab", "eval_limit", "steps", "save_every")
+
+#: Arithmetic problems generated for the arithmetic track (train / held-out test).
+ARITHMETIC_TRAIN_ROWS = 2000
+ARITHMETIC_TEST_ROWS = 500
+
+
+# ----------------------------------------------------------------------------------
+# Data for a run
+# ----------------------------------------------------------------------------------
+
+
+def load_split(config: GRPOConfig, split: str) -> Any:
+    """The rows a run trains on (``split="train"``) or is evaluated on ("test").
+
+    GSM8K comes from the bundled copy; ``dataset="arithmetic"`` generates GSM8K-format
+    word problems with disjoint train and test questions (same seed, same rows).
+    ``limit`` keeps the first rows of the train split, as train.py's ``--limit``.
+    """
+    if config.dataset == "arithmetic":
+        train, test = make_arithmetic_splits(
+            ARITHMETIC_TRAIN_ROWS,
+            ARITHMETIC_TEST_ROWS,
+            seed=config.seed,
+            difficulty=config.difficulty,
+        )
+        rows = train if split == "train" else test
+    else:
+        rows = load_gsm8k(split)
+    if split == "train" and config.limit is not None:
+        rows = rows.select(range(min(config.limit, len(rows))))
+    return rows
+
+
+def derive_seed(seed: int, step: int, prompt: int) -> int:
+    """A sampling seed for one prompt of one step: repeatable, distinct per call."""
+    return (seed * 1_000_003 + step * 10_007 + prompt) % (2**31 - 1)
+
+
+# ----------------------------------------------------------------------------------
+# One step's bookkeeping: pure functions over the step's groups
+# ----------------------------------------------------------------------------------
+
+
+@dataclass
+class PromptGroup:
+    """One prompt of a step and the ``group_size`` completions sampled for it."""
+
+    row_index: int
+    prompt_tokens: list[int]
+    ground_truth: str
+    samples: list[RolloutSample]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward for s in self.samples]
+
+    @property
+    def degenerate(self) -> bool:
+        """All rewards equal: every advantage is zero, no learning signal."""
+        return is_degenerate(self.rewards)
+
+
+def build_step_datums(groups: Iterable[PromptGroup]) -> list[trio.Datum]:
+    """Datums of the non-degenerate groups (degenerate ones are skipped)."""
+    return [
+        build_grpo_datum(group.prompt_tokens, sample)
+        for group in groups
+        if not group.degenerate
+        for sample in group.samples
+    ]
+
+
+def _grad_norm(optim_metrics: dict[str, float]) -> float:
+    for key, value in optim_metrics.items():
+        if "grad_norm" in key:
+            return float(value)
+    return math.nan
+
+
+def step_metrics(
+    step: int,
+    groups: list[PromptGroup],
+    datums: list[trio.Datum],
+    max_tokens: int,
+    loss_metrics: dict[str, float],
+    optim_metrics: dict[str, float],
+    seconds: dict[str, float],
+) -> dict[str, Any]:
+    """One row of metrics for one step (before cumulative token counts).
+
+    Args:
+        step: the step number, from 0.
+        groups: the step's prompt groups with their graded completions.
+        datums: what was sent to ``forward_backward`` (empty: no update).
+        max_tokens: the sampling budget; a completion of that length hit it.
+        loss_metrics: ``ForwardBackwardOutput.metrics`` (``loss_sum``...), or {}.
+        optim_metrics: ``OptimStepResponse.metrics`` (grad norm...), or {}.
+        seconds: wall-clock seconds spent ``sampling``, ``training`` and ``total``.
+
+    Returns:
+        A flat dict; ``reward_mean`` is the mean reward over all completions,
+        ``accuracy`` the fraction whose boxed answer is exactly right.
+    """
+    samples = [s for g in groups for s in g.samples]
+    lengths = [len(s.tokens) for s in samples]
+    exact = [grade_answer(s.text, g.ground_truth) for g in groups for s in g.samples]
+    skipped = sum(g.degenerate for g in groups)
+    hit_max = sum(n >= max_tokens for n in lengths)
+    return {
+        "step": step,
+        "reward_mean": float(np.mean([s.reward for s in samples])),
+        "accuracy": float(np.mean(exact)),
+        "group_reward_std": float(np.mean([np.std(g.rewards) for g in groups])),
+        "frac_degenerate": skipped / len(groups),
+        "valid_groups": len(groups) - skipped,
+        "skipped_groups": skipped,
+        "datums": len(datums),
+        "updated": bool(datums),
+        "completion_tokens_mean": float(np.mean(lengths)),
+        "completion_tokens_max": int(max(lengths)),
+        "hit_max_count": int(hit_max),
+        "hit_max_frac": hit_max / len(lengths),
+        "loss_sum": float(loss_metrics.get("loss_sum", math.nan)),
+        "loss_mean": float(loss_metrics.get("loss_mean", math.nan)),
+        "token_count": float(loss_metrics.get("token_count", math.nan)),
+        "grad_norm": _grad_norm(optim_metrics),
+        "seconds_sampling": seconds["sampling"],
+        "seconds_training": seconds["training"],
+        "seconds_total": seconds["total"],
+        "prefill_tokens": sum(len(g.prompt_tokens) for g in groups),
+        "sampled_tokens": int(sum(lengths)),
+        "trained_tokens": int(sum(d.model_input.length for d in datums)),
+    }
+
+
+TOKEN_COUNTERS = ("prefill_tokens", "sampled_tokens", "trained_tokens")
+
+
+def format_step_line(row: dict[str, Any]) -> str:
+    """The line printed after each step, in the demo scripts' style."""
+    return (
+        f"Step {row['step']:3d} | reward: {row['reward_mean']:.3f} | "
+        f"acc: {row['accuracy']:.0%} | degenerate: {row['frac_degenerate']:.0%} | "
+        f"datums: {row['datums']} | tokens mean/max: "
+        f"{row['completion_tokens_mean']:.1f}/{row['completion_tokens_max']} | "
+        f"hit max: {row['hit_max_count']} | loss: {row['loss_mean']:.4f} | "
+        f"{row['seconds_total']:.1f}s"
+    )
+
+
+# ----------------------------------------------------------------------------------
+# The run directory
+# ----------------------------------------------------------------------------------
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file; a torn last line (a killed writer) is dropped."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
+
+
+def load_metrics(run_dir: str | Path) -> pd.DataFrame:
+    """The metrics of a run directory as a DataFrame, one row per step."""
+    return pd.DataFrame(read_jsonl(Path(run_dir) / "metrics.jsonl"))
+
+
+def load_samples(run_dir: str | Path) -> pd.DataFrame:
+    """Every completion a run sampled, as a DataFrame."""
+    return pd.DataFrame(read_jsonl(Path(run_dir) / "samples.jsonl"))
+
+
+class RunDirectory:
+    """Reads and writes one run directory; knows where a resumed run starts."""
+
+    def __init__(self, config: GRPOConfig, *, resume: bool, overwrite: bool) -> None:
+        self.config = config
+        self.path = config.run_path
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.samples_path = self.path / "samples.jsonl"
+        self.checkpoint_path = self.path / "checkpoint.json"
+        self.config_path = self.path / "config.json"
+        self.start_step = 0
+        self.state_path: str | None = None
+        self.metrics: list[dict[str, Any]] = []
+        self._open(resume=resume, overwrite=overwrite)
+
+    def _open(self, *, resume: bool, overwrite: bool) -> None:
+        """Check the directory and find the resume point; writes nothing yet."""
+        has_steps = bool(read_jsonl(self.metrics_path))
+        if has_steps and not (resume or overwrite):
+            raise FileExistsError(
+                f"Run directory {self.path} already holds a run. Pass resume=True "
+                "(CLI: --resume) to continue it, overwrite=True to start it again, "
+                "or choose another run_dir / weights_name."
+            )
+        self.resuming = resume and self.config_path.exists()
+        if self.resuming:
+            self._check_same_config()
+            checkpoint = (
+                json.loads(self.checkpoint_path.read_text())
+                if self.checkpoint_path.exists()
+                else None
+            )
+            last = checkpoint["step"] if checkpoint else -1
+            self.state_path = checkpoint["state_path"] if checkpoint else None
+            self.start_step = last + 1
+            self.metrics = [
+                r for r in read_jsonl(self.metrics_path) if r["step"] <= last
+            ]
+
+    def start(self) -> None:
+        """Write the config and prepare the logs (after the model has loaded)."""
+        if self.resuming:
+            # Steps after the last checkpoint are redone: drop their rows so that no
+            # step is lost or repeated.
+            last = self.start_step - 1
+            samples = [r for r in read_jsonl(self.samples_path) if r["step"] <= last]
+            _rewrite_jsonl(self.metrics_path, self.metrics)
+            _rewrite_jsonl(self.samples_path, samples)
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            for p in (self.checkpoint_path, self.path / "weights.json"):
+                p.unlink(missing_ok=True)
+            self.metrics_path.write_text("")
+            self.samples_path.write_text("")
+        _write_json_atomic(self.config_path, self.config.to_dict())
+
+    def _check_same_config(self) -> None:
+        saved = json.loads(self.config_path.read_text())
+        now = self.config.to_dict()
+        diffs = [
+            f"{k}: run has {saved.get(k)!r}, you asked for {now[k]!r}"
+            for k in now
+            if k not in RESUME_MUTABLE_FIELDS and saved.get(k) != now[k]
+        ]
+        if diffs:
+            raise ValueError(
+                f"Cannot resume {self.path}: it belongs to a different config ("
+                + "; ".join(diffs)
+                + "). Use the same settings, or start a new run_dir."
+            )
+
+    def cumulative(self) -> dict[str, int]:
+        last = self.metrics[-1] if self.metrics else {}
+        return {k: int(last.get(f"cum_{k}", 0)) for k in TOKEN_COUNTERS}
+
+    def append_step(self, row: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+        """Append one step's samples then its metrics line, each flushed at once."""
+        with self.samples_path.open("a") as f:
+            f.writelines(json.dumps(s) + "\n" for s in samples)
+            f.flush()
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+        self.metrics.append(row)
+
+    def record_checkpoint(self, step: int, state_path: str) -> None:
+        _write_json_atomic(
+            self.checkpoint_path, {"step": step, "state_path": state_path}
+        )
+
+    def record_weights(self, name: str, path: str) -> None:
+        _write_json_atomic(self.path / "weights.json", {"name": name, "path": path})
+
+
+def sample_records(step: int, groups: list[PromptGroup]) -> list[dict[str, Any]]:
+    """The ``samples.jsonl`` lines of one step: one per completion."""
+    return [
+        {
+            "step": step,
+            "question_index": group.row_index,
+            "sample_index": i,
+            "text": sample.text,
+            "reward": sample.reward,
+            "advantage": sample.advantage,
+            "num_tokens": len(sample.tokens),
+            "exact": grade_answer(sample.text, group.ground_truth),
+        }
+        for group in groups
+        for i, sample in enumerate(group.samples)
+    ]
+
+
+# ----------------------------------------------------------------------------------
+# The loops
+# ----------------------------------------------------------------------------------
+
+
+@dataclass
+class TrainResult:
+    """What a training run leaves: its metrics, where its weights are, its dir."""
+
+    metrics: pd.DataFrame
+    weights_path: str | None
+    run_dir: Path
+    seconds: float
+    eval_summary: dict[str, Any] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+class _Run:
+    """Shared set-up and per-step bookkeeping of the sync and async loops."""
+
+    def __init__(
+        self,
+        config: GRPOConfig,
+        service: Any,
+        *,
+        resume: bool,
+        overwrite: bool,
+        progress: bool,
+        on_step: StepCallback | None,
+    ) -> None:
+        config.validate()
+        self.config = config
+        self.progress = progress
+        self.on_step = on_step
+        self.started = time.perf_counter()
+        self.reward_fn = get_reward_fn(config.reward)
+        self.swanlab_run = _init_swanlab(config)
+        self.train_data = load_split(config, "train")
+        self.num_steps = get_num_steps(
+            self.train_data, config.steps, config.batch_size, config.all_data
+        )
+        self.run = RunDirectory(config, resume=resume, overwrite=overwrite)
+        self.cumulative = self.run.cumulative()
+        if service is None:
+            from grpo_helpers.engines import connect
+
+            service = connect(config.backend, run_dir=self.run.path / "checkpoints")
+        self.service = service
+        self.training_client = service.create_lora_training_client(
+            base_model=config.model_name, rank=config.lora_rank, seed=config.seed
+        )
+        if self.run.state_path is not None:
+            self.training_client.load_state_with_optimizer(self.run.state_path).result()
+        self.tokenizer = self.training_client.get_tokenizer()
+        self.run.start()
+        self.adam_params = trio.AdamParams(
+            learning_rate=config.learning_rate, beta1=config.beta1, beta2=config.beta2
+        )
+        self.base_params = make_sampling_params(
+            self.tokenizer, config.max_tokens, config.temperature, config.top_p
+        )
+        if self.run.start_step > 0:
+            self.log(f"Resuming {self.run.path} at step {self.run.start_step}")
+
+    def log(self, line: str) -> None:
+        if self.progress:
+            tqdm.write(line)
+
+    def steps(self) -> range:
+        return range(self.run.start_step, self.num_steps)
+
+    def batch(self, step: int) -> list[tuple[int, dict[str, Any], list[int], str]]:
+        """(row index, row, prompt tokens, gold answer) for the step's prompts."""
+        start = step * self.config.batch_size
+        rows = pick_batch(
+            self.train_data, step, self.config.batch_size, self.config.all_data
+        )
+        n = len(self.train_data)
+        out = []
+        for offset, row in enumerate(rows):
+            index = start + offset if self.config.all_data else (start + offset) % n
+            tokens = build_prompt(self.tokenizer, row["question"])
+            out.append((index, row, tokens, extract_gsm8k_answer(row["answer"])))
+        return out
+
+    def params(self, step: int, prompt: int) -> trio.SamplingParams:
+        seed = derive_seed(self.config.seed, step, prompt)
+        return self.base_params.model_copy(update={"seed": seed})
+
+    def finish_step(
+        self,
+        step: int,
+        groups: list[PromptGroup],
+        datums: list[trio.Datum],
+        loss_metrics: dict[str, float],
+        optim_metrics: dict[str, float],
+        seconds: dict[str, float],
+    ) -> None:
+        row = step_metrics(
+            step,
+            groups,
+            datums,
+            self.config.max_tokens,
+            loss_metrics,
+            optim_metrics,
+            seconds,
+        )
+        for key in TOKEN_COUNTERS:
+            self.cumulative[key] += row[key]
+            row[f"cum_{key}"] = self.cumulative[key]
+        self.run.append_step(row, sample_records(step, groups))
+        self.log(format_step_line(row))
+        if self.swanlab_run is not None:
+            import swanlab
+
+            swanlab.log({k: v for k, v in row.items() if k != "step"}, step=step)
+        if self.on_step is not None:
+            self.on_step(pd.DataFrame(self.run.metrics))
+
+    def should_checkpoint(self, step: int) -> bool:
+        every = self.config.save_every
+        return step == self.num_steps - 1 or (every > 0 and (step + 1) % every == 0)
+
+    def state_name(self, step: int) -> str:
+        # Two alternating names, overwritten in turn: one intact state always exists.
+        return f"{self.config.weights_name}-resume-{'ab'[step % 2]}"
+
+    def finish(self, weights_path: str | None) -> TrainResult:
+        if weights_path is not None:
+            self.run.record_weights(self.config.weights_name, weights_path)
+            self.log(
+                f"Saved weights name: {self.config.weights_name}, path: {weights_path}"
+            )
+        if self.swanlab_run is not None:
+            self.swanlab_run.finish()
+        close = getattr(self.training_client, "close", None)
+        if callable(close):
+            close()
+        seconds = time.perf_counter() - self.started
+        self.log(f"train cost {seconds:.2f}s")
+        return TrainResult(
+            metrics=pd.DataFrame(self.run.metrics),
+            weights_path=weights_path,
+            run_dir=self.run.path,
+            seconds=seconds,
+        )
+
+
+def _init_swanlab(config: GRPOConfig) -> Any | None:
+    if not config.swanlab:
+        return None
+    try:
+        import swanlab
+    except ImportError:
+        raise ImportError(
+            "swanlab=True but the swanlab package is not installed. Install it with "
+            "`pip install swanlab` (and `swanlab login`), or leave swanlab off: it "
+            "is never needed, the run directory keeps every metric."
+        ) from None
+    return swanlab.init(
+        project=config.swanlab_project,
+        experiment_name=config.swanlab_experiment_name,
+        config=config.to_dict(),
+    )
+
+
+def train_sync(
+    config: GRPOConfig,
+    service: Any = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_step: StepCallback | None = None,
+) -> TrainResult:
+    """Train with the sync loop: every future is waited on where it is created.
+
+    Args:
+        config: the run's settings (see ``GRPOConfig``).
+        service: a ServiceClient (``engines.connect(...)``); None connects to
+            ``config.backend``.
+        resume: continue the run in ``config.run_path`` from its last checkpoint.
+        overwrite: start again in a run directory that already holds a run.
+        progress: print a progress bar and one line per step.
+        on_step: called with the metrics DataFrame after every step (live plots).
+
+    Returns:
+        A ``TrainResult``: metrics (one row per step), final weights path, run dir.
+    """
+    r = _Run(
+        config,
+        service,
+        resume=resume,
+        overwrite=overwrite,
+        progress=progress,
+        on_step=on_step,
+    )
+    tc = r.training_client
+    for step in r.steps():
+        t0 = time.perf_counter()
+        sampler = tc.save_weights_and_get_sampling_client()
+        groups = []
+        batch = r.batch(step)
+        for i, (index, _row, tokens, gold) in enumerate(
+            tqdm(batch, desc=f"GRPO step {step}", unit="prompt", disable=not progress)
+        ):
+            samples = run_rollout_group(
+                sampler,
+                r.tokenizer,
+                tokens,
+                gold,
+                r.params(step, i),
+                config.group_size,
+                r.reward_fn,
+                config.advantage_scale,
+            )
+            groups.append(PromptGroup(index, tokens, gold, samples))
+        t1 = time.perf_counter()
+        datums = build_step_datums(groups)
+        loss_metrics: dict[str, float] = {}
+        optim_metrics: dict[str, float] = {}
+        if datums:
+            fb_future = tc.forward_backward(datums, loss_fn="importance_sampling")
+            optim_future = tc.optim_step(r.adam_params)
+            loss_metrics = dict(fb_future.result().metrics)
+            optim_metrics = dict(optim_future.result().metrics or {})
+        t2 = time.perf_counter()
+        seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
+        r.finish_step(step, groups, datums, loss_metrics, optim_metrics, seconds)
+        if r.should_checkpoint(step):
+            saved = tc.save_state(r.state_name(step), overwrite=True).result()
+            r.run.record_checkpoint(step, saved.path)
+    weights = tc.save_weights_for_sampler(name=config.weights_name).result()
+    return r.finish(weights.path)
+
+
+async def train_async(
+    config: GRPOConfig,
+    service: Any = None,
+    *,
+    resume: bool = False,
+    overwrite: bool = False,
+    progress: bool = True,
+    on_step: StepCallback | None = None,
+) -> TrainResult:
+    """Train with the async loop: a step's prompts are sampled concurrently.
+
+    ``asyncio.gather`` runs one ``sample_async`` per prompt at once (the local
+    engine batches them into one generation); ``forward_backward_async`` and
+    ``optim_step_async`` are both submitted before either is awaited (two awaits:
+    the first submits and returns a future, the second waits for its result).
+    Same arguments and result as :func:`train_sync`. In a notebook:
+    ``result = await train_async(config)``; in a script:
+    ``asyncio.run(train_async(config))``.
+    """
+    r = _Run(
+        config,
+        service,
+        resume=resume,
+        overwrite=overwrite,
+        progress=progress,
+        on_step=on_step,
+    )
+    tc = r.training_client
+    for step in r.steps():
+        t0 = time.perf_counter()
+        sampler = await tc.save_weights_and_get_sampling_client_async()
+        batch = r.batch(step)
+        with tqdm(
+            total=len(batch),
+            desc=f"GRPO step {step}",
+            unit="prompt",
+            disable=not progress,
+        ) as bar:
+            rollouts = [
+                _counted(
+                    run_rollout_group_async(
+                        sampler,
+                        r.tokenizer,
+                        tokens,
+                        gold,
+                        r.params(step, i),
+                        config.group_size,
+                        r.reward_fn,
+                        config.advantage_scale,
+                    ),
+                    bar,
+                )
+                for i, (_, _, tokens, gold) in enumerate(batch)
+            ]
+            # gather keeps the input order, so results line up with the batch.
+            results = await asyncio.gather(*rollouts)
+        groups = [
+            PromptGroup(index, tokens, gold, samples)
+            for (index, _row, tokens, gold), samples in zip(batch, results, strict=True)
+        ]
+        t1 = time.perf_counter()
+        datums = build_step_datums(groups)
+        loss_metrics: dict[str, float] = {}
+        optim_metrics: dict[str, float] = {}
+        if datums:
+            fb_future = await tc.forward_backward_async(
+                datums, loss_fn="importance_sampling"
+            )
+            optim_future = await tc.optim_step_async(r.adam_params)
+            loss_metrics = dict((await fb_future).metrics)
+            optim_metrics = dict((await optim_future).metrics or {})
+        t2 = time.perf_counter()
+        seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
+        r.finish_step(step, groups, datums, loss_metrics, optim_metrics, seconds)
+        if r.should_checkpoint(step):
+            future = await tc.save_state_async(r.state_name(step), overwrite=True)
+            r.run.record_checkpoint(step, (await future).path)
+    future = await tc.save_weights_for_sampler_async(name=config.weights_name)
+    return r.finish((await future).path)
+
+
+async def _counted(coroutine: Any, bar: Any) -> Any:
+    """Await ``coroutine`` and tick the progress bar when it is done."""
+    result = await coroutine
+    bar.update(1)
+    return result
+
+
+def train(config: GRPOConfig, mode: str = "sync", **kwargs: Any) -> TrainResult:
+    """Run :func:`train_sync` or :func:`train_async` from plain (non-async) code."""
+    if mode == "sync":
+        return train_sync(config, **kwargs)
+    if mode == "async":
+        return asyncio.run(train_async(config, **kwargs))
+    raise ValueError(f"unknown mode {mode!r}; choose 'sync' or 'async'")
