@@ -32,7 +32,7 @@ lint: setup
 	$(PY) -m nbstripout --verify notebooks/*.ipynb
 
 test: lint
-	$(PY) -m pytest -p no:cacheprovider -q --durations=15 \
+	GRPO_FAST=1 $(PY) -m pytest -p no:cacheprovider -q --durations=15 \
 		--nbmake --nbmake-timeout=900 tests notebooks
 
 strip: setup
