@@ -1,0 +1,334 @@
+"""The sync and async GRPO loops end to end on the tiny-random model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from grpo_helpers import training
+from grpo_helpers.cli import main as cli_main
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.engines import connect
+
+TINY = dict(
+    base_model="tiny-random",
+    dataset="arithmetic",
+    steps=2,
+    batch_size=2,
+    group_size=2,
+    max_tokens=6,
+    lora_rank=4,
+    learning_rate=1e-3,
+    backend="local",
+)
+
+METRIC_COLUMNS = {
+    "step",
+    "reward_mean",
+    "accuracy",
+    "group_reward_std",
+    "frac_degenerate",
+    "valid_groups",
+    "skipped_groups",
+    "datums",
+    "updated",
+    "completion_tokens_mean",
+    "completion_tokens_max",
+    "hit_max_count",
+    "hit_max_frac",
+    "loss_sum",
+    "loss_mean",
+    "token_count",
+    "grad_norm",
+    "seconds_sampling",
+    "seconds_training",
+    "seconds_total",
+    "prefill_tokens",
+    "sampled_tokens",
+    "trained_tokens",
+    "cum_prefill_tokens",
+    "cum_sampled_tokens",
+    "cum_trained_tokens",
+}
+
+
+def shaped_always_varies(config: GRPOConfig) -> GRPOConfig:
+    # The shaped reward gives partial credit to numbers near the gold answer, so a
+    # random model's groups are rarely all equal: the loop then really trains.
+    config.reward = "shaped"
+    return config
+
+
+class CountingService:
+    """Wraps a ServiceClient and counts the training calls its clients receive."""
+
+    def __init__(self, inner):
+        self.inner = inner
+        self.calls: list[str] = []
+
+    def create_lora_training_client(self, **kwargs):
+        tc = self.inner.create_lora_training_client(**kwargs)
+        outer = self
+
+        class Counting:
+            def __getattr__(self, name):
+                attr = getattr(tc, name)
+                if name.startswith(("forward_backward", "optim_step")):
+                    outer.calls.append(name)
+                return attr
+
+        return Counting()
+
+
+@pytest.fixture
+def service(tmp_path):
+    return connect("local", run_dir=tmp_path / "engine")
+
+
+def test_sync_loop_metrics_and_run_directory(tmp_path, service):
+    config = shaped_always_varies(GRPOConfig(**TINY, run_dir=str(tmp_path / "run")))
+    result = training.train_sync(config, service, progress=False)
+    df = result.metrics
+    assert list(df["step"]) == [0, 1]
+    assert set(df.columns) >= METRIC_COLUMNS
+    assert (df["completion_tokens_max"] <= config.max_tokens).all()
+    assert ((df["reward_mean"] >= 0) & (df["reward_mean"] <= 1)).all()
+    assert (df["valid_groups"] + df["skipped_groups"] == config.batch_size).all()
+    assert (df["sampled_tokens"] > 0).all()
+    assert list(df["cum_sampled_tokens"]) == list(df["sampled_tokens"].cumsum())
+    updated = df[df["updated"]]
+    assert (updated["datums"] == updated["valid_groups"] * config.group_size).all()
+    assert updated["token_count"].notna().all()
+    run = Path(result.run_dir)
+    assert json.loads((run / "config.json").read_text())["steps"] == 2
+    assert len(training.load_metrics(run)) == 2
+    samples = training.load_samples(run)
+    assert len(samples) == 2 * config.batch_size * config.group_size
+    assert {"step", "question_index", "text", "reward", "advantage", "num_tokens"} <= (
+        set(samples.columns)
+    )
+    weights = json.loads((run / "weights.json").read_text())
+    assert weights["path"] == result.weights_path
+    assert json.loads((run / "checkpoint.json").read_text())["step"] == 1
+
+
+def test_async_loop_matches_the_sync_schema(tmp_path, service):
+    config = shaped_always_varies(GRPOConfig(**TINY, run_dir=str(tmp_path / "run")))
+    result = asyncio.run(training.train_async(config, service, progress=False))
+    assert list(result.metrics["step"]) == [0, 1]
+    assert set(result.metrics.columns) >= METRIC_COLUMNS
+    assert result.weights_path
+
+
+def test_all_degenerate_batch_makes_no_training_call(tmp_path, service):
+    # A random model never writes \boxed{the right answer}: with the binary reward
+    # every group is all zeros, so no step has datums.
+    counting = CountingService(service)
+    config = GRPOConfig(**TINY, reward="binary", run_dir=str(tmp_path / "run"))
+    result = training.train_sync(config, counting, progress=False)
+    assert (result.metrics["frac_degenerate"] == 1.0).all()
+    assert (result.metrics["datums"] == 0).all()
+    assert not result.metrics["updated"].any()
+    assert counting.calls == []
+
+
+def test_step_callback_sees_every_step(tmp_path, service):
+    seen: list[int] = []
+    config = GRPOConfig(**TINY, run_dir=str(tmp_path / "run"))
+    training.train_sync(
+        config, service, progress=False, on_step=lambda df: seen.append(len(df))
+    )
+    assert seen == [1, 2]
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("group_size", 1, "group_size must be >= 2"),
+        ("batch_size", 0, "batch_size must be >= 1"),
+        ("max_tokens", 0, "max_tokens must be >= 1"),
+        ("reward", "accuracy", "unknown reward 'accuracy'"),
+        ("lora_rank", 128, "lora_rank must be in [4, 64]"),
+    ],
+)
+def test_bad_config_fails_before_any_model_work(field, value, message):
+    with pytest.raises(ValueError, match=message.replace("[", r"\[")):
+        GRPOConfig(**{**TINY, field: value})
+
+
+def test_unknown_base_model_is_a_clear_error(tmp_path, service):
+    config = GRPOConfig(
+        **{**TINY, "base_model": "no-such/model-anywhere"},
+        run_dir=str(tmp_path / "run"),
+    )
+    with pytest.raises(Exception, match="no-such/model-anywhere") as info:
+        training.train_sync(config, service, progress=False)
+    assert "Traceback" not in str(info.value)
+    assert not (tmp_path / "run" / "config.json").exists()
+
+
+def test_existing_run_needs_resume_or_overwrite(tmp_path, service):
+    config = GRPOConfig(**{**TINY, "steps": 1}, run_dir=str(tmp_path / "run"))
+    training.train_sync(config, service, progress=False)
+    with pytest.raises(FileExistsError, match="resume=True"):
+        training.train_sync(config, service, progress=False)
+    again = training.train_sync(config, service, progress=False, overwrite=True)
+    assert list(again.metrics["step"]) == [0]
+
+
+def test_resume_with_a_different_config_is_refused(tmp_path, service):
+    config = GRPOConfig(**{**TINY, "steps": 1}, run_dir=str(tmp_path / "run"))
+    training.train_sync(config, service, progress=False)
+    other = GRPOConfig(
+        **{**TINY, "steps": 1, "group_size": 3}, run_dir=str(tmp_path / "run")
+    )
+    with pytest.raises(ValueError, match="group_size: run has 2, you asked for 3"):
+        training.train_sync(other, service, progress=False, resume=True)
+
+
+def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
+    tmp_path, capsys, monkeypatch
+):
+    secret = "sk-test-secret-0123456789"
+    monkeypatch.setenv("PYTRIO_API_KEY", secret)
+    run_dir = tmp_path / "run"
+    code = cli_main(
+        [
+            "train",
+            "--mode",
+            "async",
+            "--base-model",
+            "tiny-random",
+            "--backend",
+            "local",
+            "--dataset",
+            "arithmetic",
+            "--steps",
+            "2",
+            "--batch-size",
+            "2",
+            "--group-size",
+            "2",
+            "--max-tokens",
+            "6",
+            "--lora-rank",
+            "4",
+            "--learning-rate",
+            "1e-3",
+            "--beta1",
+            "0.9",
+            "--beta2",
+            "0.95",
+            "--temperature",
+            "1.0",
+            "--top-p",
+            "0.95",
+            "--seed",
+            "7",
+            "--limit",
+            "50",
+            "--reward",
+            "shaped",
+            "--weights-name",
+            "cli-test",
+            "--no-swanlab",
+            "--run-dir",
+            str(run_dir),
+            "--save-every",
+            "1",
+        ]
+    )
+    out = capsys.readouterr().out
+    assert code == 0
+    assert "Saved weights path:" in out
+    assert "train cost" in out
+    saved = json.loads((run_dir / "config.json").read_text())
+    assert saved["top_p"] == 0.95 and saved["limit"] == 50 and saved["seed"] == 7
+    assert secret not in out
+    for path in run_dir.rglob("*"):
+        if path.is_file():
+            assert secret.encode() not in path.read_bytes(), path
+
+
+def test_cli_reports_bad_input_without_traceback(capsys):
+    code = cli_main(["train", "--group-size", "1", "--base-model", "tiny-random"])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "group_size must be >= 2" in err
+    assert "Traceback" not in err
+
+
+def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"training exited early: {proc.returncode}")
+        if path.exists() and len(path.read_text().splitlines()) >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"{path} never reached {n} lines")
+
+
+@pytest.mark.slow
+def test_resume_after_sigkill_gives_contiguous_metrics(tmp_path):
+    run_dir = tmp_path / "run"
+    args = [
+        sys.executable,
+        "-m",
+        "grpo_helpers",
+        "train",
+        "--mode",
+        "sync",
+        "--base-model",
+        "tiny-random",
+        "--backend",
+        "local",
+        "--dataset",
+        "arithmetic",
+        "--steps",
+        "5",
+        "--batch-size",
+        "2",
+        "--group-size",
+        "2",
+        "--max-tokens",
+        "6",
+        "--lora-rank",
+        "4",
+        "--reward",
+        "shaped",
+        "--run-dir",
+        str(run_dir),
+        "--save-every",
+        "1",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen(
+        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        _wait_for_lines(run_dir / "metrics.jsonl", 2, proc, timeout=300)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    before = pd.read_json(run_dir / "metrics.jsonl", lines=True)
+    assert 2 <= len(before) < 5
+    done = subprocess.run(
+        [*args, "--resume"], env=env, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    after = training.load_metrics(run_dir)
+    assert list(after["step"]) == [0, 1, 2, 3, 4]
+    samples = training.load_samples(run_dir)
+    assert sorted(samples["step"].unique()) == [0, 1, 2, 3, 4]
+    assert (samples.groupby("step").size() == 4).all()
+    assert list(after["cum_sampled_tokens"]) == list(after["sampled_tokens"].cumsum())
