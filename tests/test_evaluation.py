@@ -1,0 +1,698 @@
+"""Tests of grpo_helpers.evaluation: statistics, grading, concurrency, comparison.
+
+No model is needed: a fake sampling client answers with canned completions (real
+``pytrio.types.SampleResponse`` objects) after random delays, so responses come back
+out of order, and a character-level fake tokenizer turns text into token ids.
+
+Reference values were checked independently with scipy 1.17
+(``binomtest(k, n).proportion_ci(method="wilson")`` and ``binomtest(b, b + c).pvalue``)
+and, for pass@k, with ``1 - comb(n - c, k) / comb(n, k)``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import doctest
+import math
+import random
+from fractions import Fraction
+
+import pandas as pd
+import pytest
+import pytrio
+from pytrio.types import SampleResponse, SampleSequence
+
+from grpo_helpers import evaluation
+from grpo_helpers.evaluation import (
+    compare,
+    evaluate,
+    evaluate_async,
+    format_results_table,
+    maj_at_k,
+    majority_answer,
+    mcnemar_exact_p,
+    paired_bootstrap_ci,
+    pass_at_k,
+    summarize,
+    wilson_interval,
+)
+
+# --------------------------------------------------------------------------------------
+# Fakes
+# --------------------------------------------------------------------------------------
+
+
+class CharTokenizer:
+    """One token per character (its code point): enough to build and decode prompts."""
+
+    eos_token = "<|im_end|>"
+    eos_token_id = 0
+    pad_token = "<|im_end|>"
+    bos_token = None
+
+    def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
+        return [ord(ch) for ch in text]
+
+    def decode(self, tokens, skip_special_tokens: bool = False) -> str:  # noqa: ANN001
+        return "".join(chr(t) for t in tokens if t != 0 or not skip_special_tokens)
+
+    def apply_chat_template(
+        self,
+        messages,  # noqa: ANN001
+        tokenize: bool = True,
+        add_generation_prompt: bool = False,
+        **kwargs,  # noqa: ANN003
+    ):  # noqa: ANN201
+        text = "".join(f"<|{m['role']}|>{m['content']}\n" for m in messages)
+        if add_generation_prompt:
+            text += "<|assistant|>"
+        return self.encode(text) if tokenize else text
+
+    def __call__(self, text: str, add_special_tokens: bool = True, **kwargs):  # noqa: ANN003, ANN204
+        return {"input_ids": self.encode(text)}
+
+    def __len__(self) -> int:
+        return 0x110000
+
+
+class FakeSamplingClient:
+    """Answers each prompt with canned completions after a random delay.
+
+    Args:
+        tokenizer: decodes the prompt to find which question it asks.
+        completions: question text -> list of completions; sample ``i`` of a request
+            gets ``completions[i % len]``.
+        seed: seeds the delays (responses still finish in a shuffled order).
+        text_none: questions whose sequences come back with ``text=None`` (the
+            evaluator must decode the tokens itself).
+    """
+
+    def __init__(
+        self,
+        tokenizer: CharTokenizer,
+        completions: dict[str, list[str]],
+        seed: int = 0,
+        max_delay: float = 0.01,
+        text_none: set[str] | None = None,
+        fail_on: str | None = None,
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.completions = completions
+        self.rng = random.Random(seed)
+        self.max_delay = max_delay
+        self.text_none = text_none or set()
+        self.fail_on = fail_on
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.finished: list[str] = []
+        self.params: list[pytrio.SamplingParams] = []
+
+    def _question_of(self, prompt_text: str) -> str:
+        found = [
+            (prompt_text.rfind(q), q) for q in self.completions if q in prompt_text
+        ]
+        assert found, f"unknown prompt: {prompt_text!r}"
+        return max(found)[1]
+
+    async def sample_async(
+        self,
+        prompt: pytrio.ModelInput,
+        num_samples: int = 1,
+        sampling_params: pytrio.SamplingParams | None = None,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> SampleResponse:
+        assert isinstance(prompt, pytrio.ModelInput)
+        assert sampling_params is not None and sampling_params.max_tokens
+        self.params.append(sampling_params)
+        question = self._question_of(self.tokenizer.decode(prompt.to_ints()))
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await asyncio.sleep(self.rng.uniform(0.0, self.max_delay))
+            if question == self.fail_on:
+                raise RuntimeError("sampler failed")
+        finally:
+            self.in_flight -= 1
+        canned = self.completions[question]
+        sequences = []
+        for i in range(num_samples):
+            tokens = self.tokenizer.encode(
+                canned[i % len(canned)], add_special_tokens=False
+            )
+            truncated = len(tokens) > sampling_params.max_tokens
+            tokens = tokens[: sampling_params.max_tokens]
+            text = None if question in self.text_none else self.tokenizer.decode(tokens)
+            sequences.append(
+                SampleSequence(
+                    stop_reason="length" if truncated else "stop",
+                    tokens=tokens,
+                    text=text,
+                    logprobs=[-0.5] * len(tokens),
+                )
+            )
+        self.finished.append(question)
+        return SampleResponse(
+            sequences=sequences,
+            input_tokens=prompt.length,
+            output_tokens=sum(len(s.tokens) for s in sequences),
+        )
+
+
+def _simple_prompt(tokenizer, question: str) -> list[int]:  # noqa: ANN001
+    return tokenizer.encode(f"Question: {question}\nAnswer:")
+
+
+@pytest.fixture
+def simple_prompts(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Replace the series' prompt by a short one: these tests are about evaluation."""
+    monkeypatch.setattr(evaluation.prompts, "build_prompt", _simple_prompt)
+    monkeypatch.setattr(
+        evaluation.prompts, "get_stop_sequences", lambda tokenizer: ["<|im_end|>"]
+    )
+
+
+def _gsm8k_row(question: str, gold: str) -> dict[str, str]:
+    return {"question": question, "answer": f"Some working.\n#### {gold}"}
+
+
+# Crafted completions: (question, gold, completion, exact, lenient, boxed).
+CASES = [
+    ("q0: Janet sells 9 eggs at $2. Income?", "18", r"9 * 2 = 18. \boxed{18}", 1, 1, 1),
+    ("q1: box wrong, last right", "18", r"\boxed{17}. Check: 9*2 = 18", 0, 0, 1),
+    ("q2: unboxed right", "18", "So she makes 18 dollars.", 0, 1, 0),
+    ("q3: nothing", "18", "I am not sure.", 0, 0, 0),
+    ("q4: boxed right with commas", "1000", r"Total \boxed{1,000}", 1, 1, 1),
+    ("q5: boxed wrong and unboxed", "7", r"\boxed{8}", 0, 0, 1),
+]
+
+
+def _cases_setup():  # noqa: ANN202
+    tokenizer = CharTokenizer()
+    questions = [_gsm8k_row(q, gold) for q, gold, *_ in CASES]
+    completions = {q: [completion] for q, _, completion, *_ in CASES}
+    return tokenizer, questions, completions
+
+
+# --------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "confidence", "low", "high"),
+    [
+        # scipy.stats.binomtest(k, n).proportion_ci(confidence, method="wilson")
+        (79, 100, 0.95, 0.7002003116591013, 0.858343459380847),
+        (95, 100, 0.95, 0.8882495307680809, 0.978456320845632),
+        (0, 100, 0.95, 0.0, 0.03699349820698568),
+        (100, 100, 0.95, 0.9630065017930143, 1.0),
+        (5, 100, 0.95, 0.021543679154367973, 0.11175046923191914),
+        (3, 10, 0.95, 0.10779126740630102, 0.6032218525388546),
+        (79, 100, 0.90, 0.7158127511828283, 0.8489084707629306),
+    ],
+)
+def test_wilson_interval_known_values(
+    successes: int, n: int, confidence: float, low: float, high: float
+) -> None:
+    got = wilson_interval(successes, n, confidence)
+    assert got == pytest.approx((low, high), abs=1e-9)
+
+
+def test_wilson_interval_is_inside_unit_interval_and_contains_estimate() -> None:
+    for n in (1, 2, 7, 100):
+        for k in range(n + 1):
+            low, high = wilson_interval(k, n)
+            assert 0.0 <= low <= k / n <= high <= 1.0
+
+
+@pytest.mark.parametrize(
+    ("successes", "n", "confidence"),
+    [(0, 0, 0.95), (1, 0, 0.95), (-1, 10, 0.95), (11, 10, 0.95), (5, 10, 1.0)],
+)
+def test_wilson_interval_rejects_bad_input(
+    successes: int, n: int, confidence: float
+) -> None:
+    with pytest.raises(ValueError):
+        wilson_interval(successes, n, confidence)
+
+
+@pytest.mark.parametrize(
+    ("b", "c", "p"),
+    [
+        # scipy.stats.binomtest(b, b + c, 0.5).pvalue
+        (10, 2, 0.03857421875),
+        (2, 10, 0.03857421875),
+        (5, 5, 1.0),
+        (0, 0, 1.0),
+        (1, 0, 1.0),
+        (3, 1, 0.625),
+        (16, 0, 3.0517578125e-05),
+        (17, 1, 0.00014495849609375),
+    ],
+)
+def test_mcnemar_exact_known_values(b: int, c: int, p: float) -> None:
+    assert mcnemar_exact_p(b, c) == pytest.approx(p, rel=1e-12)
+
+
+def test_mcnemar_matches_exact_fraction_formula() -> None:
+    for b in range(12):
+        for c in range(12):
+            n = b + c
+            tail = sum(Fraction(math.comb(n, i), 2**n) for i in range(min(b, c) + 1))
+            expected = 1.0 if n == 0 else float(min(Fraction(1), 2 * tail))
+            assert mcnemar_exact_p(b, c) == pytest.approx(expected, rel=1e-12)
+            assert mcnemar_exact_p(b, c) == mcnemar_exact_p(c, b)
+    assert 0.0 < mcnemar_exact_p(2000, 1000) < 1e-20  # big counts: no overflow
+
+
+def test_mcnemar_rejects_negative_counts() -> None:
+    with pytest.raises(ValueError):
+        mcnemar_exact_p(-1, 3)
+
+
+def test_pass_at_k_known_values() -> None:
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(10, 3, 2) == pytest.approx(1 - 21 / 45)
+    assert pass_at_k(8, 3, 3) == pytest.approx(1 - 10 / 56)
+    assert pass_at_k(5, 0, 3) == 0.0
+    assert pass_at_k(5, 3, 3) == 1.0  # only 2 wrong samples: any 3 hold a right one
+    assert pass_at_k(4, 4, 4) == 1.0
+    for n in range(1, 16):
+        for c in range(n + 1):
+            for k in range(1, n + 1):
+                expected = 1 - math.comb(n - c, k) / math.comb(n, k)
+                assert pass_at_k(n, c, k) == pytest.approx(expected, abs=1e-12)
+    assert 0.0 < pass_at_k(2000, 1, 10) < 0.01  # stable where C(n, k) is huge
+
+
+@pytest.mark.parametrize(("n", "c", "k"), [(0, 0, 1), (5, 6, 1), (5, -1, 1), (5, 2, 6)])
+def test_pass_at_k_rejects_bad_input(n: int, c: int, k: int) -> None:
+    with pytest.raises(ValueError):
+        pass_at_k(n, c, k)
+
+
+def test_majority_vote() -> None:
+    assert maj_at_k(["18", "17", "18", None], "18")
+    assert not maj_at_k(["17", "18"], "18")  # tie: the first answer wins
+    assert maj_at_k(["18", "17"], "18")
+    assert maj_at_k([None, None, "18"], "18")  # None does not vote
+    assert not maj_at_k([None, None], "18")
+    assert not maj_at_k([], "18")
+    assert maj_at_k(["18.00", "17", "$18"], "18")  # one value, two spellings
+    assert majority_answer(["5", "6", "6", "5", "7"]) == "5"
+    assert majority_answer(["abc", "x", "abc"]) == "abc"
+
+
+def test_paired_bootstrap_is_seeded_and_sensible() -> None:
+    base = [1] * 79 + [0] * 21
+    trained = [1] * 79 + [1] * 16 + [0] * 5
+    first = paired_bootstrap_ci(base, trained, seed=3)
+    assert first == paired_bootstrap_ci(base, trained, seed=3)
+    low, high = first
+    assert 0.0 < low < 0.16 < high < 0.3
+    assert paired_bootstrap_ci(base, base) == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        paired_bootstrap_ci([1, 0], [1])
+
+
+def test_module_doctests() -> None:
+    failures, tried = doctest.testmod(evaluation, verbose=False)[:2]
+    assert tried > 10
+    assert failures == 0
+
+
+# --------------------------------------------------------------------------------------
+# evaluate
+# --------------------------------------------------------------------------------------
+
+
+def test_exact_and_lenient_on_crafted_completions(simple_prompts: None) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions)
+    result = evaluate(client, tokenizer, questions, progress=False)
+    records = result.records
+    assert list(records.columns) == evaluation.RECORD_COLUMNS
+    assert records["index"].tolist() == list(range(len(CASES)))
+    assert records["question"].tolist() == [case[0] for case in CASES]
+    assert records["exact"].tolist() == [bool(case[3]) for case in CASES]
+    assert records["lenient"].tolist() == [bool(case[4]) for case in CASES]
+    assert records["boxed"].tolist() == [bool(case[5]) for case in CASES]
+    assert records["extracted"].tolist() == ["18", "17", None, None, "1,000", "8"]
+    assert records["answer_lenient"].tolist() == ["18", "17", "18", None, "1,000", "8"]
+    assert records["gold"].tolist() == ["18", "18", "18", "18", "1000", "7"]
+    assert records["completion"].tolist() == [case[2] for case in CASES]
+
+    summary = result.summary
+    assert summary["n"] == 6
+    assert summary["exact_acc"] == pytest.approx(2 / 6)
+    assert summary["lenient_acc"] == pytest.approx(3 / 6)
+    assert summary["boxed_frac"] == pytest.approx(4 / 6)
+    assert summary["exact_ci"] == wilson_interval(2, 6)
+    assert summary["lenient_ci"] == wilson_interval(3, 6)
+    assert summary["seconds"] >= 0.0
+
+    # The request: greedy, 512 tokens, the stop strings of the prompt module.
+    params = client.params[0]
+    assert params.temperature == 0.0
+    assert params.max_tokens == 512
+    assert list(params.stop) == ["<|im_end|>"]
+
+
+def test_token_accounting(simple_prompts: None) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions)
+    result = evaluate(client, tokenizer, questions, progress=False)
+    prompt_lengths = [len(_simple_prompt(tokenizer, q["question"])) for q in questions]
+    completion_lengths = [len(case[2]) for case in CASES]
+    assert result.records["prompt_tokens"].tolist() == prompt_lengths
+    assert result.records["completion_tokens"].tolist() == completion_lengths
+    assert result.summary["prompt_tokens"] == sum(prompt_lengths)
+    assert result.summary["sampled_tokens"] == sum(completion_lengths)
+    assert result.summary["total_tokens"] == sum(prompt_lengths) + sum(
+        completion_lengths
+    )
+
+
+def test_text_none_is_decoded_from_tokens(simple_prompts: None) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions, text_none=set(completions))
+    result = evaluate(client, tokenizer, questions, progress=False)
+    assert result.records["completion"].tolist() == [case[2] for case in CASES]
+    assert result.records["exact"].tolist() == [bool(case[3]) for case in CASES]
+
+
+def test_hit_max_tokens(simple_prompts: None) -> None:
+    tokenizer = CharTokenizer()
+    long_answer = "Let me think step by step. " * 5 + r"\boxed{18}"
+    questions = [_gsm8k_row("long one", "18"), _gsm8k_row("short one", "18")]
+    completions = {"long one": [long_answer], "short one": [r"\boxed{18}"]}
+    client = FakeSamplingClient(tokenizer, completions)
+    result = evaluate(client, tokenizer, questions, max_tokens=40, progress=False)
+    assert result.records["hit_max_tokens"].tolist() == [True, False]
+    assert result.records["exact"].tolist() == [False, True]  # cut before its box
+    assert result.records["completion_tokens"].tolist() == [40, 10]
+    assert result.summary["hit_max_tokens_frac"] == 0.5
+
+
+def _many_questions(n: int = 24):  # noqa: ANN202
+    rng = random.Random(1)
+    questions, completions = [], {}
+    for i in range(n):
+        gold = str(rng.randint(1, 99))
+        q = f"item {i:02d}: how many?"
+        questions.append(_gsm8k_row(q, gold))
+        options = [
+            rf"\boxed{{{gold}}}",
+            rf"\boxed{{{int(gold) + 1}}}",
+            f"It is {gold}.",
+        ]
+        completions[q] = [options[i % 3]]
+    return questions, completions
+
+
+def test_uses_the_series_prompt() -> None:
+    """No monkeypatching: evaluate builds prompts with ``prompts.build_prompt``."""
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions)
+    result = evaluate(client, tokenizer, questions, progress=False)
+    expected = [len(evaluation.prompts.build_prompt(tokenizer, q)) for q, *_ in CASES]
+    assert result.records["prompt_tokens"].tolist() == expected
+    assert result.records["exact"].tolist() == [bool(case[3]) for case in CASES]
+    stops = evaluation.prompts.get_stop_sequences(tokenizer)
+    assert list(client.params[0].stop) == stops
+
+
+def _real_tokenizer():  # noqa: ANN202
+    try:
+        from grpo_helpers.local.models import load_tokenizer
+
+        return load_tokenizer()
+    except Exception as error:  # noqa: BLE001 - no local model: skip, say why
+        pytest.skip(f"SmolLM2 tokenizer not available: {error}")
+
+
+def test_with_the_real_smollm2_tokenizer() -> None:
+    """Real prompt tokens and real decoding (``text=None`` from the sampler)."""
+    tokenizer = _real_tokenizer()
+    _, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions, text_none=set(completions))
+    result = evaluate(client, tokenizer, questions, progress=False, concurrency=4)
+    assert result.records["exact"].tolist() == [bool(case[3]) for case in CASES]
+    assert result.records["lenient"].tolist() == [bool(case[4]) for case in CASES]
+    assert result.records["completion"].tolist() == [case[2] for case in CASES]
+    expected = [len(evaluation.prompts.build_prompt(tokenizer, q)) for q, *_ in CASES]
+    assert result.records["prompt_tokens"].tolist() == expected
+
+
+def test_concurrency_changes_speed_not_records(simple_prompts: None) -> None:
+    tokenizer = CharTokenizer()
+    questions, completions = _many_questions()
+    frames = {}
+    for concurrency in (1, 8):
+        client = FakeSamplingClient(tokenizer, completions, seed=concurrency)
+        result = evaluate(
+            client, tokenizer, questions, concurrency=concurrency, progress=False
+        )
+        assert client.max_in_flight <= concurrency
+        frames[concurrency] = result.records
+        if concurrency > 1:
+            assert client.max_in_flight > 1  # requests really overlapped
+            # ...and came back out of order, yet the records are in question order
+            order = [q["question"] for q in questions]
+            assert client.finished != order
+    pd.testing.assert_frame_equal(frames[1], frames[8])
+    assert frames[8]["index"].tolist() == list(range(len(questions)))
+
+
+def test_evaluate_inside_a_running_event_loop(simple_prompts: None) -> None:
+    tokenizer, questions, completions = _cases_setup()
+
+    async def notebook_cell() -> evaluation.EvalResult:
+        asyncio.get_running_loop()  # like Jupyter: a loop is already running
+        client = FakeSamplingClient(tokenizer, completions)
+        return evaluate(client, tokenizer, questions, progress=False)
+
+    result = asyncio.run(notebook_cell())
+    assert result.records["exact"].tolist() == [bool(case[3]) for case in CASES]
+
+
+def test_evaluate_async(simple_prompts: None) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions)
+    result = asyncio.run(
+        evaluate_async(client, tokenizer, questions, concurrency=3, progress=False)
+    )
+    assert result.records["lenient"].tolist() == [bool(case[4]) for case in CASES]
+    assert client.max_in_flight <= 3
+
+
+def test_question_formats_and_indices(simple_prompts: None) -> None:
+    datasets = pytest.importorskip("datasets")
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions)
+    expected = [bool(case[3]) for case in CASES]
+
+    dataset = datasets.Dataset.from_list(questions)
+    from_dataset = evaluate(client, tokenizer, dataset, progress=False)
+    assert from_dataset.records["exact"].tolist() == expected
+
+    columns = dataset[:3]  # slicing a Dataset gives a dict of columns
+    from_columns = evaluate(client, tokenizer, columns, progress=False)
+    assert from_columns.records["exact"].tolist() == expected[:3]
+
+    frame = pd.DataFrame(questions)
+    from_frame = evaluate(client, tokenizer, frame, progress=False)
+    assert from_frame.records["exact"].tolist() == expected
+
+    ids = [100 + 7 * i for i in range(len(questions))]
+    with_indices = evaluate(client, tokenizer, questions, indices=ids, progress=False)
+    assert with_indices.records["index"].tolist() == ids
+    with_column = evaluate(
+        client,
+        tokenizer,
+        [dict(q, index=i) for q, i in zip(questions, ids, strict=True)],
+        progress=False,
+    )
+    assert with_column.records["index"].tolist() == ids
+
+    with pytest.raises(ValueError):
+        evaluate(client, tokenizer, questions, indices=[1, 2], progress=False)
+    with pytest.raises(ValueError):
+        evaluate(client, tokenizer, questions, indices=[0] * 6, progress=False)
+    with pytest.raises(ValueError):
+        evaluate(client, tokenizer, [], progress=False)
+    with pytest.raises(ValueError):
+        evaluate(client, tokenizer, questions, concurrency=0, progress=False)
+
+
+def test_sampler_errors_propagate(simple_prompts: None) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions, fail_on=CASES[2][0])
+    with pytest.raises(RuntimeError, match="sampler failed"):
+        evaluate(client, tokenizer, questions, progress=False)
+
+
+def test_several_samples_per_question(simple_prompts: None) -> None:
+    tokenizer = CharTokenizer()
+    right, wrong, unboxed = r"\boxed{18}", r"\boxed{17}", "It is 18."
+    completions = {
+        "a: 3 of 4 right": [right, wrong, right, right],
+        "b: 1 of 4 right, majority wrong": [wrong, wrong, right, unboxed],
+        "c: none boxed": [unboxed, unboxed, unboxed, unboxed],
+        "d: tie 2-2, wrong first": [wrong, right, wrong, right],
+    }
+    questions = [_gsm8k_row(q, "18") for q in completions]
+    client = FakeSamplingClient(tokenizer, completions)
+    result = evaluate(
+        client, tokenizer, questions, num_samples=4, temperature=1.0, progress=False
+    )
+    records = result.records
+    assert list(records.columns) == (
+        evaluation.RECORD_COLUMNS + evaluation.MULTI_SAMPLE_COLUMNS
+    )
+    assert records["n_correct"].tolist() == [3, 1, 0, 2]
+    assert records["pass_at_k"].tolist() == [1.0, 1.0, 0.0, 1.0]
+    assert records["maj_at_k"].tolist() == [True, False, False, False]
+    assert records["exact"].tolist() == [True, False, False, False]  # first sample
+    lengths = {c: len(c) for c in (right, wrong, unboxed)}
+    sampled = [sum(lengths[c] for c in completions[q]) for q in completions]
+    assert records["sampled_tokens"].tolist() == sampled
+    summary = result.summary
+    assert summary["k"] == 4
+    assert summary["pass@k"] == pytest.approx(0.75)
+    assert summary["maj@k"] == pytest.approx(0.25)
+    assert summary["pass@1"] == pytest.approx(6 / 16)
+    assert summary["sampled_tokens"] == sum(sampled)
+    assert client.params[0].temperature == 1.0
+
+
+def test_eval_result_reads_well(simple_prompts: None) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions)
+    result = evaluate(client, tokenizer, questions, progress=False, name="base")
+    table = result.table()
+    assert list(table.index) == ["base"]
+    assert table.loc["base", "n"] == 6
+    low, high = wilson_interval(2, 6)
+    assert table.loc["base", "exact [95% CI]"] == (
+        f"33.3% [{100 * low:.1f}, {100 * high:.1f}]"
+    )
+    text = repr(result)
+    assert "base" in text and "exact [95% CI]" in text and "tokens:" in text
+    assert "<table" in result._repr_html_()
+
+
+# --------------------------------------------------------------------------------------
+# compare
+# --------------------------------------------------------------------------------------
+
+
+def _records(exact: list[bool], lenient: list[bool] | None = None, start: int = 0):  # noqa: ANN202
+    n = len(exact)
+    lenient = exact if lenient is None else lenient
+    return pd.DataFrame(
+        {
+            "index": list(range(start, start + n)),
+            "question": [f"question {i}" for i in range(start, start + n)],
+            "gold": ["1"] * n,
+            "completion": [f"completion {i}" for i in range(n)],
+            "extracted": ["1" if ok else "2" for ok in exact],
+            "boxed": [True] * n,
+            "answer_lenient": ["1" if ok else "2" for ok in lenient],
+            "exact": exact,
+            "lenient": lenient,
+            "completion_tokens": [10] * n,
+            "hit_max_tokens": [False] * n,
+            "prompt_tokens": [20] * n,
+        }
+    )
+
+
+def _base_and_trained():  # noqa: ANN202
+    # 100 questions: 70 right for both, 10 fixed (b), 2 broken (c), 18 wrong for both.
+    base = [True] * 70 + [False] * 10 + [True] * 2 + [False] * 18
+    trained = [True] * 70 + [True] * 10 + [False] * 2 + [False] * 18
+    return _records(base), _records(trained)
+
+
+def test_compare_counts_flips_and_mcnemar() -> None:
+    base, trained = _base_and_trained()
+    comparison = compare(base, trained.sample(frac=1.0, random_state=0), seed=1)
+    assert comparison.n == 100
+    assert comparison.wrong_to_right == 10
+    assert comparison.right_to_wrong == 2
+    assert comparison.base_acc == pytest.approx(0.72)
+    assert comparison.trained_acc == pytest.approx(0.80)
+    assert comparison.difference == pytest.approx(0.08)
+    assert comparison.p_value == pytest.approx(0.03857421875)
+    assert comparison.improved["index"].tolist() == list(range(70, 80))
+    assert comparison.regressed["index"].tolist() == [80, 81]
+    assert set(comparison.improved.columns) >= {
+        "question",
+        "gold",
+        "base_completion",
+        "trained_completion",
+        "base_answer",
+        "trained_answer",
+    }
+    low, high = comparison.difference_ci
+    assert low < 0.08 < high
+    again = compare(base, trained, seed=1)
+    assert again.difference_ci == comparison.difference_ci
+    assert compare(base, trained, n_bootstrap=0).difference_ci is None
+
+
+def test_compare_no_flips_gives_p_one() -> None:
+    base, _ = _base_and_trained()
+    comparison = compare(base, base.copy(), n_bootstrap=0)
+    assert comparison.p_value == 1.0
+    assert comparison.difference == 0.0
+    assert comparison.improved.empty and comparison.regressed.empty
+
+
+def test_compare_lenient_metric() -> None:
+    base = _records([False, False, True], lenient=[True, False, True])
+    trained = _records([True, True, True])
+    assert compare(base, trained, "exact", n_bootstrap=0).wrong_to_right == 2
+    assert compare(base, trained, "lenient", n_bootstrap=0).wrong_to_right == 1
+    with pytest.raises(ValueError):
+        compare(base, trained, "boxed")
+
+
+def test_compare_rejects_different_question_sets() -> None:
+    base, trained = _base_and_trained()
+    with pytest.raises(ValueError, match="different questions"):
+        compare(base, trained.iloc[:-1])
+    with pytest.raises(ValueError, match="different questions"):
+        compare(_records([True, False]), _records([True, False], start=5))
+    duplicated = pd.concat([base, base.iloc[:1]], ignore_index=True)
+    with pytest.raises(ValueError, match="duplicate"):
+        compare(duplicated, trained)
+
+
+def test_comparison_table_and_cli_text() -> None:
+    base, trained = _base_and_trained()
+    comparison = compare(base, trained, names=("base", "grpo"))
+    table = comparison.table()
+    assert list(table.index) == ["base", "grpo"]
+    assert table.loc["grpo", "difference (exact)"] == "+8.0 pts"
+    assert table.loc["grpo", "p (McNemar)"] == "0.0386"
+    assert table.loc["base", "exact [95% CI]"].startswith("72.0% [")
+    assert table.loc["grpo", "n"] == 100
+
+    text = format_results_table(
+        {"base": summarize(base), "grpo": summarize(trained)}, comparison=comparison
+    )
+    lines = text.splitlines()
+    assert lines[0].split(" | ")[:3] == [
+        "model",
+        "exact [95% CI]    ",
+        "lenient [95% CI]  ",
+    ]
+    assert lines[1].startswith("base ") and lines[2].startswith("grpo ")
+    assert "+8.0 pts [95% CI " in lines[3] and "p = 0.0386" in lines[3]
+    assert "10 wrong->right" in lines[3] and "2 right->wrong" in lines[3]
+    assert repr(comparison) == text
+    assert "<table" in comparison._repr_html_()
