@@ -1,0 +1,374 @@
+r"""Rewards: read the model's final answer and compare it with the gold answer.
+
+GRPO needs a number for every completion. On GSM8K that number comes from a
+*verifiable* check: the prompt asks the model to write its final answer inside
+``\boxed{...}``; we take the last boxed answer, parse it as a number and compare it
+with the gold answer that follows ``####`` in the dataset.
+
+Two reward functions are offered:
+
+* :func:`grade_answer` (``"binary"``): 1.0 when the boxed answer equals the gold
+  answer, else 0.0. This is the demo scripts' reward, with a sturdier parser.
+* :func:`shaped_reward` (``"shaped"``): the article's train.py reward, which also pays
+  a little for an unboxed correct answer, for a near miss and for using the box.
+
+Nothing here ever evaluates model text: numbers are parsed with a small grammar and
+``fractions.Fraction``, and every scan is linear in the length of the text.
+
+Introduced in: 02_reward_design.ipynb
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from collections.abc import Callable
+from fractions import Fraction
+
+__all__ = [
+    "DEMO_BOXED_REGEX",
+    "REWARD_FUNCTIONS",
+    "answers_match",
+    "extract_boxed",
+    "extract_boxed_demo",
+    "extract_last_number",
+    "get_reward_fn",
+    "grade_answer",
+    "normalize_answer",
+    "parse_number",
+    "shaped_reward",
+]
+
+RewardFn = Callable[[str, str], float]
+
+#: The demo scripts' pattern: the first ``}`` ends the match, so nested braces break.
+DEMO_BOXED_REGEX = re.compile(r"\\boxed\{([^}]+)\}")
+
+_BOX_OPEN = "\\boxed{"
+# Literal alternatives only: the regex engine never backtracks over the text.
+_BOX_TOKENS = re.compile(r"\\boxed\{|[{}]")
+_NON_SPACE = re.compile(r"\S")
+
+# Numbers longer than this are not answers; refusing them keeps parsing cheap
+# (a Fraction of a million-digit string, or 1e999999999, would take ages).
+_MAX_NUMBER_CHARS = 100
+_DECIMAL = re.compile(r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d{1,2})?")
+_SLASH_FRACTION = re.compile(r"([+-]?)(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)")
+_LATEX_FRACTION = re.compile(
+    r"([+-]?)\\[dt]?frac\s*\{\s*([+-]?\d+(?:\.\d+)?)\s*\}\s*\{\s*(\d+(?:\.\d+)?)\s*\}"
+)
+_LAST_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?|-?\.\d+")
+
+#: Relative tolerance of :func:`answers_match` (exact for integers and fractions).
+MATCH_TOLERANCE = 1e-6
+
+
+def extract_boxed_demo(text: str) -> str | None:
+    r"""The demo scripts' extractor: last match of ``\\boxed\{([^}]+)\}``, stripped.
+
+    Kept so that notebook 02 can show where it goes wrong: it stops at the first
+    closing brace, so a nested answer is cut short.
+
+    Args:
+        text: a model completion.
+
+    Returns:
+        The stripped content of the last regex match, or None when nothing matches.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> extract_boxed_demo(r"so \boxed{\frac{1}{2}}")
+        '\\frac{1'
+    """
+    matches = DEMO_BOXED_REGEX.findall(text)
+    if not matches:
+        return None
+    return matches[-1].strip()
+
+
+def extract_boxed(text: str) -> str | None:
+    r"""The content of the last complete ``\boxed{...}`` in ``text``, braces balanced.
+
+    One left-to-right scan over the braces keeps a stack of open braces, marking
+    those that opened a ``\boxed{``. When a box closes we remember where it started;
+    the answer is the closed box that *started* last (so ``\boxed{\boxed{5}}`` gives
+    ``5``). Boxes that never close (a completion cut off by ``max_tokens``) and boxes
+    with only whitespace inside are skipped. The work is linear in ``len(text)``: no
+    backtracking regex, no rescans, and the answer is sliced out once at the end.
+
+    Args:
+        text: a model completion (any length; a 1 MB string takes a fraction of a
+            second even when it holds thousands of unclosed boxes).
+
+    Returns:
+        The stripped content of that box, or None when no box is complete and
+        non-empty.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> extract_boxed(r"half is \boxed{\frac{1}{2}}")
+        '\\frac{1}{2}'
+        >>> extract_boxed(r"\boxed{3} then \boxed{4")
+        '3'
+        >>> extract_boxed("no box here") is None
+        True
+    """
+    if _BOX_OPEN not in text:
+        return None
+    # stack[i] is where the content of an open box starts, or -1 for a plain "{".
+    stack: list[int] = []
+    best_start = -1
+    best_end = -1
+    for match in _BOX_TOKENS.finditer(text):
+        position = match.start()
+        char = text[position]
+        if char == "}":
+            if not stack:
+                continue  # a stray "}" outside every brace: nothing to close
+            start = stack.pop()
+            if start > best_start and _NON_SPACE.search(text, start, position):
+                best_start, best_end = start, position
+        elif char == "{":
+            stack.append(-1)
+        else:  # "\boxed{"
+            stack.append(match.end())
+    if best_start < 0:
+        return None
+    return text[best_start:best_end].strip()
+
+
+def normalize_answer(text: str) -> str:
+    r"""Light clean-up of an answer string before comparing it as text.
+
+    Strips surrounding whitespace, drops thousands separators (``,`` and LaTeX
+    ``{,}``), dollar signs (``$`` and ``\$``) and a trailing full stop. Units and words
+    are left alone on purpose: a conservative normaliser never turns a wrong answer
+    into a right one.
+
+    Args:
+        text: an answer, e.g. the content of a box or the text after ``####``.
+
+    Returns:
+        The cleaned string (possibly empty).
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> normalize_answer(" $1,000. ")
+        '1000'
+    """
+    cleaned = text.replace("{,}", "").replace(",", "")
+    cleaned = cleaned.replace("\\$", "").replace("$", "")
+    cleaned = cleaned.strip().rstrip(".").strip()
+    return cleaned
+
+
+def parse_number(text: str) -> Fraction | None:
+    r"""Parse an answer as an exact number, or return None if it is not one.
+
+    Accepted forms (after :func:`normalize_answer`): integers and decimals with an
+    optional sign (``-5``, ``18.00``, ``18.``, ``.5``), thousands separators
+    (``1,000``), a dollar sign (``$18``), a trailing percent sign (``25%`` or
+    ``25\%``, read as 25 because GSM8K's gold answer to "what percent" is 25),
+    ``a/b`` and ``\frac{a}{b}`` (also ``\dfrac``, ``\tfrac``). Anything else,
+    including expressions such as ``2+3``, gives None: model text is never evaluated.
+
+    Args:
+        text: an answer string.
+
+    Returns:
+        A ``fractions.Fraction`` (exact, so ``18.00 == 18``; use ``float(x)`` for a
+        float), or None.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> parse_number("$1,000.00")
+        Fraction(1000, 1)
+        >>> parse_number(r"\frac{1}{2}")
+        Fraction(1, 2)
+        >>> parse_number("2+3") is None
+        True
+    """
+    cleaned = normalize_answer(text)
+    if cleaned.endswith("\\%"):
+        cleaned = cleaned[:-2].rstrip()
+    elif cleaned.endswith("%"):
+        cleaned = cleaned[:-1].rstrip()
+    if not cleaned or len(cleaned) > _MAX_NUMBER_CHARS:
+        return None
+    if _DECIMAL.fullmatch(cleaned):
+        try:
+            return Fraction(cleaned)
+        except (ValueError, ZeroDivisionError):
+            return None
+    fraction = _SLASH_FRACTION.fullmatch(cleaned) or _LATEX_FRACTION.fullmatch(cleaned)
+    if fraction is None:
+        return None
+    sign, numerator, denominator = fraction.groups()
+    try:
+        value = Fraction(numerator) / Fraction(denominator)
+    except (ValueError, ZeroDivisionError):
+        return None
+    return -value if sign == "-" else value
+
+
+def answers_match(pred: str | None, gold: str) -> bool:
+    """Whether a predicted answer equals the gold answer.
+
+    When both parse as numbers (:func:`parse_number`) they are compared as numbers,
+    within a relative tolerance of ``MATCH_TOLERANCE`` (1e-6) of the gold value, so
+    ``18.00`` matches ``18`` and ``0.5`` matches ``1/2``. Otherwise the two normalised
+    strings must be equal and non-empty.
+
+    Args:
+        pred: the model's answer (None when it gave none).
+        gold: the gold answer, e.g. the text after ``####``.
+
+    Returns:
+        True when they match.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> answers_match("18.00", "18"), answers_match("17", "18")
+        (True, False)
+    """
+    if pred is None:
+        return False
+    pred_value = parse_number(pred)
+    gold_value = parse_number(gold)
+    if pred_value is not None and gold_value is not None:
+        if pred_value == gold_value:
+            return True
+        scale = max(abs(gold_value), 1)
+        return abs(pred_value - gold_value) <= MATCH_TOLERANCE * scale
+    pred_text = normalize_answer(pred)
+    return bool(pred_text) and pred_text == normalize_answer(gold)
+
+
+def extract_last_number(text: str) -> str | None:
+    """The last number written in ``text``: the fallback answer when nothing is boxed.
+
+    A number is an optional ``-``, digits with optional ``,``-grouped thousands and
+    an optional decimal part (``1,000.5``). A full stop that ends a sentence is not
+    part of it.
+
+    Args:
+        text: a model completion.
+
+    Returns:
+        The number as written (commas kept; :func:`parse_number` reads it), or None.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> extract_last_number("She has 3 apples, then 1,250 more.")
+        '1,250'
+    """
+    last = deque(_LAST_NUMBER.finditer(text), maxlen=1)  # keeps only the last match
+    return last[0].group() if last else None
+
+
+def grade_answer(response: str, ground_truth: str) -> float:
+    r"""Binary reward: 1.0 when the last boxed answer equals the gold answer, else 0.0.
+
+    Args:
+        response: a model completion.
+        ground_truth: the gold answer (text after ``####``, e.g. ``"72"``).
+
+    Returns:
+        1.0 or 0.0. A completion with no complete ``\boxed{}`` gets 0.0.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> grade_answer(r"48 + 24 = 72, so \boxed{72}", "72")
+        1.0
+        >>> grade_answer("48 + 24 = 72", "72")
+        0.0
+    """
+    answer = extract_boxed(response)
+    return 1.0 if answers_match(answer, ground_truth) else 0.0
+
+
+def shaped_reward(response: str, ground_truth: str) -> float:
+    r"""The article's shaped reward: correctness first, then closeness, then format.
+
+    The prediction is the last boxed answer, or the last number when nothing is
+    boxed. Then, in this order:
+
+    * correct (:func:`answers_match`): 1.0 if boxed, 0.85 if not;
+    * wrong but both numbers: ``max(0, 0.45 * (1 - min(rel_error, 1)))`` with
+      ``rel_error = |pred - gold| / max(|gold|, 1)``, plus 0.10 if boxed;
+    * otherwise: 0.10 if boxed, else 0.0.
+
+    So a boxed near miss earns at most 0.55, always less than an unboxed correct
+    answer.
+
+    Args:
+        response: a model completion.
+        ground_truth: the gold answer (text after ``####``).
+
+    Returns:
+        A reward in [0, 1].
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> shaped_reward(r"\boxed{72}", "72"), shaped_reward("it is 72", "72")
+        (1.0, 0.85)
+        >>> round(shaped_reward(r"\boxed{36}", "72"), 3)
+        0.325
+    """
+    boxed_answer = extract_boxed(response)
+    boxed = boxed_answer is not None
+    pred = boxed_answer if boxed else extract_last_number(response)
+    if answers_match(pred, ground_truth):
+        return 1.0 if boxed else 0.85
+    pred_value = None if pred is None else parse_number(pred)
+    gold_value = parse_number(ground_truth)
+    if pred_value is not None and gold_value is not None:
+        scale = max(abs(float(gold_value)), 1.0)
+        rel_error = abs(float(pred_value - gold_value)) / scale
+        reward = max(0.0, 0.45 * (1.0 - min(rel_error, 1.0)))
+        if boxed:
+            reward += 0.10
+        return reward
+    return 0.10 if boxed else 0.0
+
+
+#: Reward functions by name, as a run configuration names them.
+REWARD_FUNCTIONS: dict[str, RewardFn] = {
+    "binary": grade_answer,
+    "shaped": shaped_reward,
+}
+
+
+def get_reward_fn(name: str) -> RewardFn:
+    """Look up a reward function by name.
+
+    Args:
+        name: a key of ``REWARD_FUNCTIONS`` (``"binary"`` or ``"shaped"``).
+
+    Returns:
+        ``reward_fn(response, ground_truth) -> float``.
+
+    Raises:
+        ValueError: for an unknown name; the message lists the valid ones.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> get_reward_fn("binary") is grade_answer
+        True
+    """
+    try:
+        return REWARD_FUNCTIONS[name]
+    except (KeyError, TypeError):
+        valid = ", ".join(repr(key) for key in REWARD_FUNCTIONS)
+        raise ValueError(
+            f"Unknown reward function {name!r}; valid names: {valid}"
+        ) from None

@@ -1,0 +1,323 @@
+"""Unit and property tests of grpo_helpers.rewards (notebook 02)."""
+
+from __future__ import annotations
+
+import doctest
+import time
+from fractions import Fraction
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpo_helpers import rewards
+from grpo_helpers.rewards import (
+    DEMO_BOXED_REGEX,
+    REWARD_FUNCTIONS,
+    answers_match,
+    extract_boxed,
+    extract_boxed_demo,
+    extract_last_number,
+    get_reward_fn,
+    grade_answer,
+    normalize_answer,
+    parse_number,
+    shaped_reward,
+)
+
+
+def test_doctests_pass() -> None:
+    result = doctest.testmod(rewards)
+    assert result.failed == 0 and result.attempted > 0
+
+
+# --- extract_boxed -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (r"\boxed{72}", "72"),
+        (r"so the answer is \boxed{ 72 } dollars", "72"),
+        (r"\boxed{\frac{1}{2}}", r"\frac{1}{2}"),
+        (r"\boxed{1} then \boxed{2}", "2"),
+        (r"\boxed{\boxed{5}}", "5"),
+        (r"\boxed{a {b {c}} d}", "a {b {c}} d"),
+        (r"\boxed{3} then \boxed{4", "3"),  # trailing unclosed box is skipped
+        (r"\boxed{3} then \boxed{}", "3"),  # empty box is skipped
+        (r"\boxed{3} then \boxed{   }", "3"),
+        (r"} stray { braces } \boxed{7} }", "7"),
+        (r"{ \boxed{8} }", "8"),
+        (r"\boxed{\text{18 dollars}}", r"\text{18 dollars}"),
+        ("\\boxed{1,000}", "1,000"),
+        ("\\boxed{multi\nline}", "multi\nline"),
+    ],
+)
+def test_extract_boxed_examples(text: str, expected: str) -> None:
+    assert extract_boxed(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "no box at all, 42",
+        r"\boxed{}",
+        r"\boxed{   }",
+        r"\boxed{72",
+        r"\boxed{\frac{1}{2}",
+        r"\boxed 72",
+        r"\boxed{",
+        "}}}}{{{{",
+    ],
+)
+def test_extract_boxed_none(text: str) -> None:
+    assert extract_boxed(text) is None
+
+
+def test_demo_regex_breaks_on_nested_braces() -> None:
+    text = r"half is \boxed{\frac{1}{2}}"
+    assert DEMO_BOXED_REGEX.pattern == r"\\boxed\{([^}]+)\}"
+    assert extract_boxed_demo(text) == r"\frac{1"
+    assert extract_boxed(text) == r"\frac{1}{2}"
+    assert extract_boxed_demo("nothing") is None
+    assert extract_boxed_demo(r"\boxed{ 5 } and \boxed{6}") == "6"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{" * 150_000,  # ~1 MB of unclosed boxes
+        "\\boxed{" + "{" * 1_000_000,  # one box, a million unclosed braces
+        "\\boxed{" * 70_000 + "x" + "}" * 70_000,  # deep nesting that closes
+        "}" * 500_000 + "\\boxed{" * 70_000,
+        "\\boxed{1}" + "a" * 1_000_000 + "\\boxed{" * 10,
+    ],
+    ids=["unclosed-boxes", "unclosed-braces", "deep-nesting", "stray-close", "long"],
+)
+def test_extract_boxed_is_linear_on_adversarial_megabyte(text: str) -> None:
+    start = time.perf_counter()
+    extract_boxed(text)
+    assert time.perf_counter() - start < 1.0
+
+
+def test_extract_boxed_deep_nesting_result() -> None:
+    text = "\\boxed{" * 1000 + "x" + "}" * 1000
+    assert extract_boxed(text) == "x"
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text())
+def test_extract_boxed_never_raises_on_any_text(text: str) -> None:
+    result = extract_boxed(text)
+    assert result is None or (isinstance(result, str) and result == result.strip())
+    assert result != ""
+
+
+_BOXY = st.text(alphabet=st.sampled_from(list("\\boxed{} 12ab")), max_size=200)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_BOXY)
+def test_extract_boxed_result_is_balanced_and_in_text(text: str) -> None:
+    start = time.perf_counter()
+    result = extract_boxed(text)
+    assert time.perf_counter() - start < 0.5
+    if result is not None:
+        assert "\\boxed{" + result in text or result in text
+        depth = 0
+        for char in result:
+            depth += {"{": 1, "}": -1}.get(char, 0)
+            assert depth >= 0
+        assert depth == 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.text(alphabet=st.characters(exclude_characters="{}"), max_size=50),
+    st.text(alphabet=st.characters(exclude_characters="{}\\"), min_size=1, max_size=20),
+)
+def test_extract_boxed_finds_appended_box(prefix: str, content: str) -> None:
+    expected = content.strip() or None
+    assert extract_boxed(prefix + "\\boxed{" + content + "}") == expected
+
+
+# --- normalize_answer / parse_number -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("72", "72"),
+        (" 1,000 ", "1000"),
+        ("$18.", "18"),
+        ("\\$5", "5"),
+        ("1{,}000", "1000"),
+        ("  ", ""),
+        ("18 dollars", "18 dollars"),  # units are kept: conservative
+    ],
+)
+def test_normalize_answer(text: str, expected: str) -> None:
+    assert normalize_answer(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("72", Fraction(72)),
+        ("1,000", Fraction(1000)),
+        ("18.00", Fraction(18)),
+        ("18.", Fraction(18)),
+        ("$18", Fraction(18)),
+        ("-5", Fraction(-5)),
+        ("+5", Fraction(5)),
+        (".5", Fraction(1, 2)),
+        ("0.25", Fraction(1, 4)),
+        (r"\frac{1}{2}", Fraction(1, 2)),
+        (r"\dfrac{3}{4}", Fraction(3, 4)),
+        (r"-\frac{1}{2}", Fraction(-1, 2)),
+        (r"\frac{-1}{2}", Fraction(-1, 2)),
+        ("1/2", Fraction(1, 2)),
+        ("-3 / 4", Fraction(-3, 4)),
+        ("25%", Fraction(25)),
+        ("25\\%", Fraction(25)),
+        ("1e3", Fraction(1000)),
+    ],
+)
+def test_parse_number(text: str, expected: Fraction) -> None:
+    assert parse_number(text) == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "abc",
+        "2+3",
+        "__import__('os')",
+        "1/0",
+        r"\frac{1}{0}",
+        "1e999999999",
+        "9" * 500,
+        "nan",
+        "inf",
+        "18 dollars",
+        "1.2.3",
+    ],
+)
+def test_parse_number_rejects(text: str) -> None:
+    assert parse_number(text) is None
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(min_value=-(10**12), max_value=10**12))
+def test_parse_number_round_trips_integers(value: int) -> None:
+    assert parse_number(str(value)) == value
+    assert parse_number(f"{value:,}") == value
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=120))
+def test_parse_number_never_raises(text: str) -> None:
+    result = parse_number(text)
+    assert result is None or isinstance(result, Fraction)
+
+
+# --- answers_match / extract_last_number ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("pred", "gold", "expected"),
+    [
+        ("18", "18", True),
+        ("18.00", "18", True),
+        ("$18", "18", True),
+        ("1,000", "1000", True),
+        ("0.5", r"\frac{1}{2}", True),
+        ("0.3333333", "1/3", True),
+        ("17", "18", False),
+        ("0.34", "1/3", False),
+        (None, "18", False),
+        ("", "", False),
+        ("abc", "abc", True),
+        ("abc", "abd", False),
+    ],
+)
+def test_answers_match(pred: str | None, gold: str, expected: bool) -> None:
+    assert answers_match(pred, gold) is expected
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("She has 3 apples, then 1,250 more.", "1,250"),
+        ("The answer is 18.", "18"),
+        ("costs 2.50 each", "2.50"),
+        ("it dropped to -5 degrees", "-5"),
+        ("3, 4", "4"),
+        ("no numbers", None),
+        ("", None),
+    ],
+)
+def test_extract_last_number(text: str, expected: str | None) -> None:
+    assert extract_last_number(text) == expected
+
+
+# --- reward functions ---------------------------------------------------------
+
+
+def test_grade_answer() -> None:
+    assert grade_answer(r"48 + 24 = 72 so \boxed{72}", "72") == 1.0
+    assert grade_answer(r"\boxed{72.00}", "72") == 1.0
+    assert grade_answer(r"\boxed{1,000}", "1000") == 1.0
+    assert grade_answer(r"\boxed{71}", "72") == 0.0
+    assert grade_answer("the answer is 72", "72") == 0.0  # unboxed earns nothing
+    assert grade_answer(r"\boxed{72} no wait \boxed{71}", "72") == 0.0  # last box
+
+
+def test_shaped_reward_branches() -> None:
+    # exact: boxed 1.0, unboxed (last number) 0.85
+    assert shaped_reward(r"\boxed{72}", "72") == 1.0
+    assert shaped_reward("so it is 72.", "72") == 0.85
+    # near miss: 0.45 * (1 - rel_error), + 0.10 when boxed
+    assert shaped_reward(r"\boxed{36}", "72") == pytest.approx(0.45 * 0.5 + 0.10)
+    assert shaped_reward("it is 36", "72") == pytest.approx(0.45 * 0.5)
+    # rel_error is capped at 1: a far answer earns only the format bonus
+    assert shaped_reward(r"\boxed{1000}", "72") == pytest.approx(0.10)
+    assert shaped_reward("1000", "72") == 0.0
+    # small gold: the scale is max(|gold|, 1)
+    assert shaped_reward(r"\boxed{0.5}", "0") == pytest.approx(0.45 * 0.5 + 0.10)
+    # boxed but not a number, or nothing at all
+    assert shaped_reward(r"\boxed{many}", "72") == pytest.approx(0.10)
+    assert shaped_reward("I don't know", "72") == 0.0
+    # non-numeric gold: exact string match still pays
+    assert shaped_reward(r"\boxed{yes}", "yes") == 1.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.text(max_size=200), st.integers(min_value=-1000, max_value=1000))
+def test_shaped_reward_in_unit_interval(response: str, gold: int) -> None:
+    reward = shaped_reward(response, str(gold))
+    assert 0.0 <= reward <= 1.0
+    assert grade_answer(response, str(gold)) in (0.0, 1.0)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(min_value=-1000, max_value=1000),
+    st.integers(min_value=-1000, max_value=1000),
+)
+def test_near_miss_never_beats_unboxed_correct(pred: int, gold: int) -> None:
+    reward = shaped_reward(rf"\boxed{{{pred}}}", str(gold))
+    if pred == gold:
+        assert reward == 1.0
+    else:
+        assert reward <= 0.55 < 0.85
+
+
+def test_reward_registry() -> None:
+    assert dict(REWARD_FUNCTIONS) == {"binary": grade_answer, "shaped": shaped_reward}
+    assert get_reward_fn("binary") is grade_answer
+    assert get_reward_fn("shaped") is shaped_reward
+    with pytest.raises(ValueError, match="'binary', 'shaped'"):
+        get_reward_fn("nope")
