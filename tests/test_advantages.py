@@ -5,6 +5,7 @@ from __future__ import annotations
 import doctest
 import math
 import statistics
+from collections.abc import Callable
 
 import pytest
 from hypothesis import given, settings
@@ -83,7 +84,7 @@ def test_is_degenerate() -> None:
         (lambda: degenerate_probability(0.5, 2.0), "group_size"),
     ],
 )
-def test_validation_errors(call, message: str) -> None:  # noqa: ANN001
+def test_validation_errors(call: Callable[[], object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         call()
 

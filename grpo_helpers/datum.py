@@ -1,0 +1,202 @@
+"""Datums: one sampled completion, laid out for PyTRIO's ``importance_sampling`` loss.
+
+A language model predicts token ``t+1`` from tokens ``0..t``. So for a prompt of ``P``
+tokens followed by a completion of ``C`` tokens, the model reads
+``prompt + completion[:-1]`` (``P + C - 1`` tokens) and at position ``i`` is asked
+for token ``i + 1``. The first ``P - 1`` positions predict prompt tokens: they are not
+trained, so their target, old logprob and advantage are padded with zeros. From
+position ``P - 1`` (the last prompt token) on, each position predicts one completion
+token, and carries the sampler's logprob of that token and the completion's advantage:
+
+    position       0 .. P-2          P-1 .. P+C-2
+    model_input    prompt[0..P-2]    prompt[P-1], completion[0..C-2]
+    target_tokens  0 ...             completion[0..C-1]
+    logprobs       0.0 ...           sampled logprobs
+    advantages     0.0 ...           advantage (one value, repeated C times)
+
+PyTRIO does no shifting for us (``auto_shift=False``), and every field must have the
+length of ``model_input``.
+
+Introduced in: 04_datum_alignment.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+import operator
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pytrio as trio
+
+__all__ = ["RolloutSample", "alignment_table", "build_grpo_datum"]
+
+
+@dataclass
+class RolloutSample:
+    """One sampled completion with everything GRPO needs to train on it.
+
+    Attributes:
+        tokens: completion token ids (the prompt excluded), length ``C``.
+        logprobs: the sampler's logprob of each completion token, length ``C``
+            (the "old" policy of importance sampling).
+        text: the decoded completion, which the reward function reads.
+        reward: the completion's reward.
+        advantage: reward minus the group mean (optionally std-scaled).
+
+    Introduced in: 04_datum_alignment.ipynb
+    """
+
+    tokens: list[int]
+    logprobs: list[float]
+    text: str
+    reward: float
+    advantage: float
+
+
+def _check_finite(name: str, value: float) -> float:
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"The sample's {name} is {number}; it must be finite")
+    return number
+
+
+def _checked_parts(
+    prompt_tokens: Sequence[int], sample: RolloutSample
+) -> tuple[list[int], list[int], list[float], float]:
+    """Validated copies of (prompt tokens, completion tokens, logprobs, advantage)."""
+    prompt = [operator.index(token) for token in prompt_tokens]
+    completion = [operator.index(token) for token in sample.tokens]
+    if not prompt:
+        raise ValueError("Cannot build a datum from an empty prompt (no tokens)")
+    if not completion:
+        raise ValueError("Cannot train on an empty completion (no tokens)")
+    negative = [token for token in prompt + completion if token < 0]
+    if negative:
+        raise ValueError(f"Token ids must be >= 0; found {negative[0]}")
+    logprobs = [float(value) for value in sample.logprobs]
+    if len(logprobs) != len(completion):
+        raise ValueError(
+            "Completion token/logprob length mismatch: "
+            f"{len(completion)} tokens but {len(logprobs)} logprobs"
+        )
+    for index, value in enumerate(logprobs):
+        if not math.isfinite(value):
+            raise ValueError(
+                f"Logprob {index} of the completion is {value}; logprobs must be finite"
+            )
+    _check_finite("reward", sample.reward)
+    advantage = _check_finite("advantage", sample.advantage)
+    return prompt, completion, logprobs, advantage
+
+
+def build_grpo_datum(prompt_tokens: Sequence[int], sample: RolloutSample) -> trio.Datum:
+    """Turn one completion into a ``pytrio.Datum`` for the importance_sampling loss.
+
+    Args:
+        prompt_tokens: the prompt's token ids (``P >= 1`` of them).
+        sample: the completion (``C >= 1`` tokens) with its logprobs and advantage.
+
+    Returns:
+        A Datum whose ``model_input`` is ``prompt + completion[:-1]`` (length
+        ``L = P + C - 1``) and whose ``loss_fn_inputs`` hold ``target_tokens``
+        (int64), ``logprobs`` and ``advantages`` (float32), each of shape ``[L]``,
+        zero on the first ``P - 1`` positions.
+
+    Raises:
+        ValueError: empty prompt or completion, negative token id, token/logprob
+            length mismatch, or a non-finite logprob, reward or advantage.
+
+    Introduced in: 04_datum_alignment.ipynb
+
+    Example:
+        >>> sample = RolloutSample([7, 8], [-0.5, -1.0], "hi", 1.0, 0.5)
+        >>> datum = build_grpo_datum([1, 2, 3], sample)
+        >>> datum.model_input.to_ints()
+        [1, 2, 3, 7]
+        >>> datum.loss_fn_inputs["target_tokens"].tolist()
+        [0, 0, 7, 8]
+        >>> datum.loss_fn_inputs["advantages"].tolist()
+        [0.0, 0.0, 0.5, 0.5]
+    """
+    prompt, completion, logprobs, advantage = _checked_parts(prompt_tokens, sample)
+    observation_len = len(prompt) - 1
+    input_tokens = prompt + completion[:-1]
+    target_tokens = [0] * observation_len + completion
+    padded_logprobs = [0.0] * observation_len + logprobs
+    padded_advantages = [0.0] * observation_len + [advantage] * len(completion)
+    return trio.Datum(
+        model_input=trio.ModelInput.from_ints(input_tokens),
+        loss_fn_inputs={
+            "target_tokens": np.asarray(target_tokens, dtype=np.int64),
+            "logprobs": np.asarray(padded_logprobs, dtype=np.float32),
+            "advantages": np.asarray(padded_advantages, dtype=np.float32),
+        },
+    )
+
+
+def _decode(tokenizer: Any, token: int) -> str:
+    return tokenizer.decode([token])
+
+
+def alignment_table(
+    prompt_tokens: Sequence[int], sample: RolloutSample, tokenizer: Any = None
+) -> pd.DataFrame:
+    """The Datum of :func:`build_grpo_datum`, one row per position, for reading.
+
+    The table is built from the Datum itself, so what it shows is what is trained.
+
+    Args:
+        prompt_tokens: the prompt's token ids.
+        sample: the completion with its logprobs and advantage.
+        tokenizer: optional; anything with ``decode(list[int]) -> str`` fills the
+            text columns.
+
+    Returns:
+        A DataFrame with ``L = P + C - 1`` rows and columns ``position``,
+        ``input_token`` (id the model reads), ``input_text``, ``target_token`` (id it
+        is trained to predict; 0 = padding), ``target_text`` (empty on padding),
+        ``old_logprob``, ``advantage`` and ``trained`` (True from position ``P - 1``
+        on). The text columns hold None without a tokenizer.
+
+    Introduced in: 04_datum_alignment.ipynb
+
+    Example:
+        >>> sample = RolloutSample([7, 8], [-0.5, -1.0], "hi", 1.0, 0.5)
+        >>> table = alignment_table([1, 2, 3], sample)
+        >>> table["trained"].tolist()
+        [False, False, True, True]
+        >>> table["target_token"].tolist()
+        [0, 0, 7, 8]
+    """
+    datum = build_grpo_datum(prompt_tokens, sample)
+    inputs = datum.model_input.to_ints()
+    targets = [int(t) for t in datum.loss_fn_inputs["target_tokens"].tolist()]
+    logprobs = [float(x) for x in datum.loss_fn_inputs["logprobs"].tolist()]
+    advantages = [float(x) for x in datum.loss_fn_inputs["advantages"].tolist()]
+    first_trained = len(prompt_tokens) - 1
+    trained = [position >= first_trained for position in range(len(inputs))]
+    if tokenizer is None:
+        input_text: list[str | None] = [None] * len(inputs)
+        target_text: list[str | None] = [None] * len(inputs)
+    else:
+        input_text = [_decode(tokenizer, token) for token in inputs]
+        target_text = [
+            _decode(tokenizer, token) if is_trained else ""
+            for token, is_trained in zip(targets, trained, strict=True)
+        ]
+    return pd.DataFrame(
+        {
+            "position": range(len(inputs)),
+            "input_token": inputs,
+            "input_text": input_text,
+            "target_token": targets,
+            "target_text": target_text,
+            "old_logprob": logprobs,
+            "advantage": advantages,
+            "trained": trained,
+        }
+    )
