@@ -343,12 +343,13 @@ def summarize(
         "seconds": seconds,
         "confidence": confidence,
     }
-    if "n_correct" in records and "k" in records.attrs:
-        k = int(records.attrs["k"])
+    if "pass_at_k" in records:
+        k = records.attrs.get("k")  # set by evaluate; lost if the frame was rebuilt
         summary["k"] = k
-        summary["pass@1"] = float((records["n_correct"] / k).mean())
         summary["pass@k"] = float(records["pass_at_k"].mean())
         summary["maj@k"] = float(records["maj_at_k"].mean())
+        if k:
+            summary["pass@1"] = float((records["n_correct"] / k).mean())
     return summary
 
 
@@ -371,8 +372,8 @@ def _summary_row(name: str, summary: Mapping[str, Any]) -> dict[str, Any]:
         "boxed": _pct(summary["boxed_frac"]),
         "n": summary["n"],
     }
-    if "k" in summary:
-        k = summary["k"]
+    if "pass@k" in summary:
+        k = summary.get("k") or "k"
         row[f"pass@{k}"] = _pct(summary["pass@k"])
         row[f"maj@{k}"] = _pct(summary["maj@k"])
     return row
@@ -618,8 +619,11 @@ async def evaluate_async(
                 responses[position] = response
                 bar.update(1)
     finally:
+        # After a failure, stop the requests still waiting and collect them all, so
+        # no task outlives this call or leaves an unretrieved exception behind.
         for task in tasks:
             task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
     seconds = time.perf_counter() - start
 
     records = [
@@ -702,7 +706,7 @@ def evaluate(
 
     Example (``sampler`` from ``engines.connect(...)``)::
 
-        result = evaluate(sampler, tokenizer, data.load_gsm8k("test")[:100])
+        result = evaluate(sampler, tokenizer, data.load_gsm8k("test", limit=100))
         result.summary["exact_acc"], result.summary["exact_ci"]
     """
     return _run_coroutine(

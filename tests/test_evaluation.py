@@ -532,6 +532,14 @@ def test_sampler_errors_propagate(simple_prompts: None) -> None:
     client = FakeSamplingClient(tokenizer, completions, fail_on=CASES[2][0])
     with pytest.raises(RuntimeError, match="sampler failed"):
         evaluate(client, tokenizer, questions, progress=False)
+    assert client.in_flight == 0  # the other requests were stopped, not left behind
+
+
+def test_progress_bar(simple_prompts: None, capsys: pytest.CaptureFixture) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    client = FakeSamplingClient(tokenizer, completions)
+    evaluate(client, tokenizer, questions, progress=True, name="base")
+    assert "eval base" in capsys.readouterr().err
 
 
 def test_several_samples_per_question(simple_prompts: None) -> None:
@@ -696,3 +704,57 @@ def test_comparison_table_and_cli_text() -> None:
     assert "10 wrong->right" in lines[3] and "2 right->wrong" in lines[3]
     assert repr(comparison) == text
     assert "<table" in comparison._repr_html_()
+
+
+def test_article_shaped_run_on_bundled_gsm8k(monkeypatch: pytest.MonkeyPatch) -> None:
+    """GSM8K test[:100], a base sampler right on 79 and a trained one on 95.
+
+    The trained one fixes 18 questions and breaks 2 (b=18, c=2): the intervals are
+    the article's 79% [70.0, 85.8] and 95% [88.8, 97.8], and McNemar's p is
+    scipy's ``binomtest(2, 20).pvalue`` = 0.000402...
+    """
+    from grpo_helpers import data
+
+    rows = data.load_gsm8k("test", limit=100)
+    tokenizer = CharTokenizer()
+    golds = [data.extract_gsm8k_answer(row["answer"]) for row in rows]
+    base_right = set(range(79))
+    trained_right = (base_right - {0, 1}) | set(range(79, 97))
+    assert len(trained_right) == 95
+
+    def completions(right: set[int]) -> dict[str, list[str]]:
+        return {
+            row["question"]: [rf"\boxed{{{gold if i in right else 'no idea'}}}"]
+            for i, (row, gold) in enumerate(zip(rows, golds, strict=True))
+        }
+
+    # Few-shot examples in the prompt are not test questions, but keep it short.
+    monkeypatch.setattr(evaluation.prompts, "build_prompt", _simple_prompt)
+    base = evaluate(
+        FakeSamplingClient(tokenizer, completions(base_right), max_delay=0.002),
+        tokenizer,
+        rows,
+        name="base",
+        progress=False,
+    )
+    trained = evaluate(
+        FakeSamplingClient(tokenizer, completions(trained_right), max_delay=0.002),
+        tokenizer,
+        rows,
+        name="grpo",
+        progress=False,
+    )
+    assert base.summary["exact_acc"] == pytest.approx(0.79)
+    assert trained.summary["exact_acc"] == pytest.approx(0.95)
+    assert base.summary["exact_ci"] == pytest.approx((0.7002003, 0.8583435), abs=1e-6)
+    assert trained.summary["exact_ci"] == pytest.approx(
+        (0.8882495, 0.9784563), abs=1e-6
+    )
+    comparison = compare(base, trained)
+    assert comparison.names == ("base", "grpo")
+    assert (comparison.wrong_to_right, comparison.right_to_wrong) == (18, 2)
+    assert comparison.p_value == pytest.approx(0.0004024505615234375, rel=1e-12)
+    assert comparison.improved["index"].tolist() == list(range(79, 97))
+    assert comparison.regressed["index"].tolist() == [0, 1]
+    text = format_results_table([base, trained], comparison)
+    assert "79.0% [70.0, 85.8]" in text and "95.0% [88.8, 97.8]" in text
