@@ -12,7 +12,9 @@ article's ``eval.py``) is deliberately plain:
 
    * **exact**: the last ``\\boxed{...}`` answer matches the gold answer;
    * **lenient**: the boxed answer if there is one, else the last number of the
-     completion, matches the gold answer (the article's ``eval.py`` scores this way).
+     completion, matches the gold answer. The article's ``eval.py`` scores this
+     way, and calls the result "exact accuracy" (79% -> 95%): compare its numbers
+     with our *lenient* column.
 
    The gap between them is the model's *format* error, not its arithmetic;
 
@@ -46,6 +48,7 @@ from grpo_helpers import data, prompts, rewards
 
 __all__ = [
     "Comparison",
+    "accuracy_rows",
     "EvalResult",
     "compare",
     "evaluate",
@@ -787,6 +790,12 @@ class Comparison:
         rows[1]["p (McNemar)"] = _p_text(self.p_value)
         return pd.DataFrame(rows).set_index("model")
 
+    def accuracy_rows(self) -> pd.DataFrame:
+        """Both models' accuracies and interval bounds (see :func:`accuracy_rows`)."""
+        return accuracy_rows(
+            {self.names[0]: self.base_summary, self.names[1]: self.trained_summary}
+        )
+
     def summary_line(self) -> str:
         """One sentence: the difference, its interval, the flips and the p-value."""
         text = f"difference ({self.names[1]} - {self.names[0]}, {self.metric}): "
@@ -1014,3 +1023,39 @@ def format_results_table(
     if comparison is not None:
         lines.append(comparison.summary_line())
     return "\n".join(lines)
+
+
+def accuracy_rows(
+    results: Mapping[str, EvalResult | Mapping[str, Any]] | Sequence[EvalResult],
+) -> pd.DataFrame:
+    """Numbers behind the results table, one row per model, ready to plot.
+
+    Args:
+        results: ``{name: EvalResult or summary dict}``, or a list of EvalResults.
+
+    Returns:
+        Columns ``model, n, exact, exact_low, exact_high, lenient, lenient_low,
+        lenient_high, boxed`` (proportions), the input of
+        ``plotting.plot_accuracy_comparison``.
+    """
+    if isinstance(results, Mapping):
+        items = list(results.items())
+    else:
+        items = [(result.name, result) for result in results]
+    rows = []
+    for name, result in items:
+        summary = result.summary if isinstance(result, EvalResult) else result
+        rows.append(
+            {
+                "model": name,
+                "n": summary["n"],
+                "exact": summary["exact_acc"],
+                "exact_low": summary["exact_ci"][0],
+                "exact_high": summary["exact_ci"][1],
+                "lenient": summary["lenient_acc"],
+                "lenient_low": summary["lenient_ci"][0],
+                "lenient_high": summary["lenient_ci"][1],
+                "boxed": summary["boxed_frac"],
+            }
+        )
+    return pd.DataFrame(rows)

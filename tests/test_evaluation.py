@@ -24,6 +24,7 @@ from pytrio.types import SampleResponse, SampleSequence
 
 from grpo_helpers import evaluation
 from grpo_helpers.evaluation import (
+    accuracy_rows,
     compare,
     evaluate,
     evaluate_async,
@@ -756,5 +757,21 @@ def test_article_shaped_run_on_bundled_gsm8k(monkeypatch: pytest.MonkeyPatch) ->
     assert comparison.p_value == pytest.approx(0.0004024505615234375, rel=1e-12)
     assert comparison.improved["index"].tolist() == list(range(79, 97))
     assert comparison.regressed["index"].tolist() == [0, 1]
+    rows = accuracy_rows([base, trained])
+    assert rows["model"].tolist() == ["base", "grpo"]
+    assert rows["exact_low"].tolist() == pytest.approx([0.7002003, 0.8882495], abs=1e-6)
+    pd.testing.assert_frame_equal(rows, comparison.accuracy_rows())
     text = format_results_table([base, trained], comparison)
     assert "79.0% [70.0, 85.8]" in text and "95.0% [88.8, 97.8]" in text
+
+
+def test_accuracy_rows_feed_the_plot() -> None:
+    matplotlib = pytest.importorskip("matplotlib")
+    matplotlib.use("Agg")
+    from grpo_helpers import plotting
+
+    base, trained = _base_and_trained()
+    comparison = compare(base, trained, n_bootstrap=0)
+    ax = plotting.plot_accuracy_comparison(comparison.accuracy_rows())
+    assert len(ax.patches) == 4  # 2 models x (exact, lenient)
+    matplotlib.pyplot.close(ax.figure)
