@@ -478,3 +478,28 @@ def test_arithmetic_space_exhaustion_is_reported(
     )
     with pytest.raises(ValueError, match="Could only make 1 distinct problems"):
         make_arithmetic_problems(3)
+
+
+# --- the package's public face -------------------------------------------------
+
+
+def test_package_exports_and_import_is_light() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, grpo_helpers as g\n"
+        "names = ['load_gsm8k', 'extract_gsm8k_answer', 'build_prompt', "
+        "'extract_boxed', 'grade_answer', 'shaped_reward', 'group_advantages', "
+        "'RolloutSample', 'build_grpo_datum']\n"
+        "assert all(n in g.__all__ and callable(getattr(g, n)) for n in names)\n"
+        "assert all(getattr(g, m).__name__ == 'grpo_helpers.' + m for m in "
+        "['advantages', 'data', 'datum', 'prompts', 'rewards'])\n"
+        "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    root = Path(__file__).resolve().parent.parent
+    result = subprocess.run(
+        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,136 @@
+r"""Prompts: the few-shot prefix, the question suffix and chat-template rendering.
+
+Every question is sent as the last user turn of a short chat:
+
+1. a worked example (the demo scripts' "How many r's are in strawberry?"), whose
+   assistant turn shows the expected shape: an empty ``<think>`` block, short
+   reasoning, and the final answer in ``\boxed{}``;
+2. the question followed by :data:`QUESTION_SUFFIX`, which asks for a bare number
+   inside ``\boxed{}`` so that the reward can find and parse it.
+
+The chat is rendered with the tokenizer's chat template (``add_generation_prompt=True``
+leaves the assistant turn open for the model; ``enable_thinking=False`` is read by
+templates that have a thinking switch, such as Qwen3's, and ignored by others), then
+encoded *without* adding special tokens again: the template already wrote them.
+
+Introduced in: 01_gsm8k_dataset.ipynb (rendering) and 02_reward_design.ipynb (why the
+answer goes in a box).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+__all__ = [
+    "FEWSHOT_PREFIX",
+    "QUESTION_SUFFIX",
+    "build_messages",
+    "build_prompt",
+    "get_stop_sequences",
+]
+
+#: Appended to every question: asks for a unit-free number inside ``\boxed{}``.
+QUESTION_SUFFIX = " Provide a numerical answer without units, written inside \\boxed{}."
+
+#: One worked example (user + assistant turns), exactly as in the demo scripts.
+FEWSHOT_PREFIX: list[dict[str, str]] = [
+    {"role": "user", "content": "How many r's are in strawberry?" + QUESTION_SUFFIX},
+    {
+        "role": "assistant",
+        "content": (
+            "<think>\n\n</think>\n\n"
+            "Let's spell the word out and number all the letters: "
+            "1) s 2) t 3) r 4) a 5) w 6) b 7) e 8) r 9) r 10) y. "
+            "We have r's at positions 3, 8, and 9. "
+            "There are three r's. \\boxed{3}"
+        ),
+    },
+]
+
+
+def build_messages(question: str) -> list[dict[str, str]]:
+    """The chat for one question: the few-shot example, then the question + suffix.
+
+    Args:
+        question: a GSM8K question (non-empty).
+
+    Returns:
+        Three messages (``role``/``content`` dicts): user, assistant, user. They are
+        fresh copies, so changing them does not change :data:`FEWSHOT_PREFIX`.
+
+    Raises:
+        ValueError: the question is empty or only whitespace.
+        TypeError: the question is not a string.
+
+    Introduced in: 01_gsm8k_dataset.ipynb
+
+    Example:
+        >>> messages = build_messages("What is 2 + 3?")
+        >>> [m["role"] for m in messages]
+        ['user', 'assistant', 'user']
+        >>> messages[-1]["content"].endswith("inside \\\\boxed{}.")
+        True
+    """
+    if not isinstance(question, str):
+        raise TypeError(f"question must be a string, got {type(question).__name__}")
+    if not question.strip():
+        raise ValueError(f"question is empty: {question!r}")
+    return [
+        *copy.deepcopy(FEWSHOT_PREFIX),
+        {"role": "user", "content": question + QUESTION_SUFFIX},
+    ]
+
+
+def build_prompt(tokenizer: Any, question: str) -> list[int]:
+    """Render the chat for ``question`` and encode it as prompt token ids.
+
+    Args:
+        tokenizer: a Hugging Face-style tokenizer with ``apply_chat_template`` and
+            ``encode`` (PyTRIO's ``get_tokenizer()`` and the local engine's both fit).
+        question: a GSM8K question (non-empty).
+
+    Returns:
+        ``prompt_tokens``: the token ids of the rendered chat, ending with the
+        opening of the assistant turn the model will complete.
+
+    Raises:
+        ValueError: empty question, or the tokenizer produced no tokens.
+
+    Introduced in: 01_gsm8k_dataset.ipynb
+    """
+    messages = build_messages(question)
+    prompt_text = tokenizer.apply_chat_template(
+        messages,
+        tokenize=False,
+        add_generation_prompt=True,
+        enable_thinking=False,
+    )
+    prompt_tokens = list(tokenizer.encode(prompt_text, add_special_tokens=False))
+    if not prompt_tokens:
+        raise ValueError(
+            f"The tokenizer produced no prompt tokens for question {question!r}"
+        )
+    return prompt_tokens
+
+
+def get_stop_sequences(tokenizer: Any) -> list[str]:
+    """Stop strings for sampling: the end of the assistant turn.
+
+    Args:
+        tokenizer: any object with an ``eos_token`` attribute (may be None).
+
+    Returns:
+        ``eos_token`` and ``"<|im_end|>"``, without None, empty strings or
+        duplicates, in that order.
+
+    Introduced in: 01_gsm8k_dataset.ipynb
+
+    Example:
+        >>> class Tok:
+        ...     eos_token = "<|im_end|>"
+        >>> get_stop_sequences(Tok())
+        ['<|im_end|>']
+    """
+    candidates = [getattr(tokenizer, "eos_token", None), "<|im_end|>"]
+    return list(dict.fromkeys(token for token in candidates if token))
