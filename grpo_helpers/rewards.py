@@ -57,7 +57,8 @@ _SLASH_FRACTION = re.compile(r"([+-]?)(\d+(?:\.\d+)?)\s*/\s*(\d+(?:\.\d+)?)")
 _LATEX_FRACTION = re.compile(
     r"([+-]?)\\[dt]?frac\s*\{\s*([+-]?\d+(?:\.\d+)?)\s*\}\s*\{\s*(\d+(?:\.\d+)?)\s*\}"
 )
-_LAST_NUMBER = re.compile(r"-?\d+(?:,\d{3})*(?:\.\d+)?|-?\.\d+")
+# A "-" right after a digit, letter or ")" is a minus sign between terms, not a sign.
+_LAST_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)")
 
 #: Relative tolerance of :func:`answers_match` (exact for integers and fractions).
 MATCH_TOLERANCE = 1e-6
@@ -254,7 +255,7 @@ def extract_last_number(text: str) -> str | None:
 
     A number is an optional ``-``, digits with optional ``,``-grouped thousands and
     an optional decimal part (``1,000.5``). A full stop that ends a sentence is not
-    part of it.
+    part of it, nor is the minus of ``10-5`` (read as ``5``).
 
     Args:
         text: a model completion.

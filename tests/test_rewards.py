@@ -254,6 +254,10 @@ def test_answers_match(pred: str | None, gold: str, expected: bool) -> None:
         ("The answer is 18.", "18"),
         ("costs 2.50 each", "2.50"),
         ("it dropped to -5 degrees", "-5"),
+        ("(-7)", "-7"),
+        ("10-5", "5"),
+        ("x-3", "3"),
+        ("(2)-3", "3"),
         ("3, 4", "4"),
         ("no numbers", None),
         ("", None),
@@ -321,3 +325,22 @@ def test_reward_registry() -> None:
     assert get_reward_fn("shaped") is shaped_reward
     with pytest.raises(ValueError, match="'binary', 'shaped'"):
         get_reward_fn("nope")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "\\boxed{" * 150_000,
+        "1," * 500_000,
+        "-" * 500_000 + "1",
+        "1.1." * 250_000,
+        "9" * 1_000_000,
+    ],
+    ids=["unclosed-boxes", "commas", "minus-run", "dots", "digits"],
+)
+def test_rewards_stay_fast_on_adversarial_megabyte(text: str) -> None:
+    start = time.perf_counter()
+    for reward_fn in REWARD_FUNCTIONS.values():
+        assert 0.0 <= reward_fn(text, "72") <= 1.0
+    extract_last_number(text)
+    assert time.perf_counter() - start < 1.0
