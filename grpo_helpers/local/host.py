@@ -1,0 +1,370 @@
+"""One base model in memory, many LoRA adapters on it, and a batching sampler queue.
+
+Everything the local engine runs on one base model goes through a :class:`ModelHost`:
+
+* the frozen base weights, loaded once per process and device;
+* one peft LoRA adapter per training client (its trainable policy);
+* one *sampler slot* adapter per LoRA shape, into which a sampler's frozen snapshot
+  is copied before it samples (a snapshot is a few MB: copying it costs
+  milliseconds, a second base model would cost hundreds of MB);
+* a lock, because only one adapter can be active at a time;
+* a :class:`SamplingScheduler`: a worker thread that merges ``sample`` requests
+  arriving close together into one batched generation.
+
+Introduced in: 06_async_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+import uuid
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from grpo_helpers.local.models import load_model
+from grpo_helpers.local.sampling import GenerationRequest, generate
+
+LORA_ALPHA = 32
+"""LoRA scale numerator: the update is ``(alpha / rank) * B @ A``, as on PyTRIO's
+trainer (alpha 32 for every rank), so a larger rank does not mean larger steps."""
+
+_ATTN_PARENTS = ("self_attn", "attn", "attention", "self_attention")
+_MLP_PARENTS = ("mlp", "feed_forward", "ffn")
+
+
+@dataclass(frozen=True)
+class LoraSpec:
+    """The shape of a LoRA adapter: rank and which layer groups it adapts.
+
+    Attributes:
+        rank: the LoRA rank r (PyTRIO allows 4 to 64).
+        train_mlp: adapt the MLP projections (gate, up, down).
+        train_attn: adapt the attention projections (q, k, v, o).
+        train_unembed: adapt the output layer (``lm_head``).
+    """
+
+    rank: int
+    train_mlp: bool = True
+    train_attn: bool = True
+    train_unembed: bool = True
+
+    def target_modules(self, groups: dict[str, set[str]]) -> list[str]:
+        """Leaf names of the layers this spec adapts, from :func:`linear_groups`."""
+        names: set[str] = set()
+        if self.train_attn:
+            names |= groups["attn"]
+        if self.train_mlp:
+            names |= groups["mlp"]
+        if self.train_unembed:
+            names |= groups["unembed"]
+        return sorted(names)
+
+    def peft_config(self, groups: dict[str, set[str]]) -> Any:
+        """The ``peft.LoraConfig`` for this spec (no dropout, alpha 32)."""
+        from peft import LoraConfig
+
+        return LoraConfig(
+            r=self.rank,
+            lora_alpha=LORA_ALPHA,
+            lora_dropout=0.0,
+            target_modules=self.target_modules(groups),
+            bias="none",
+            task_type="CAUSAL_LM",
+        )
+
+
+def linear_groups(model: Any) -> dict[str, set[str]]:
+    """Leaf names of the model's ``nn.Linear`` layers: attention, MLP, unembedding.
+
+    For Llama-style models (SmolLM2): ``{q,k,v,o}_proj``, ``{gate,up,down}_proj`` and
+    ``lm_head``. Call it on the plain model, before peft wraps any layer.
+    """
+    groups: dict[str, set[str]] = {"attn": set(), "mlp": set(), "unembed": set()}
+    head = model.get_output_embeddings()
+    for qualified, module in model.named_modules():
+        if not isinstance(module, torch.nn.Linear):
+            continue
+        parts = qualified.split(".")
+        if module is head:
+            groups["unembed"].add(parts[-1])
+        elif any(p in _ATTN_PARENTS for p in parts[:-1]):
+            groups["attn"].add(parts[-1])
+        elif any(p in _MLP_PARENTS for p in parts[:-1]):
+            groups["mlp"].add(parts[-1])
+    return groups
+
+
+@dataclass
+class AdapterSnapshot:
+    """A frozen copy of LoRA weights: what a sampling client samples from.
+
+    Attributes:
+        spec: the adapter's shape.
+        tensors: LoRA A/B matrices by adapter-independent parameter name
+            (``model.layers.0.self_attn.q_proj.lora_A.weight``), on the host device.
+        base_model: the base model name the adapter belongs to.
+        name: the checkpoint name, or ``temp-sampling-<hex>`` for an unsaved one.
+    """
+
+    spec: LoraSpec
+    tensors: dict[str, torch.Tensor]
+    base_model: str
+    name: str = ""
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in self.tensors.values())
+
+
+class ModelHost:
+    """A base model shared by every client of one ``(base_model, device, dtype)``.
+
+    Args:
+        base_model: see :func:`grpo_helpers.local.models.resolve_model`.
+        device: torch device string.
+        dtype: torch dtype or None for the device default.
+        max_sampling_rows: most completions decoded together in one batch.
+        batch_window_s: how long the sampler waits for more requests to batch.
+    """
+
+    def __init__(
+        self,
+        base_model: str,
+        device: str,
+        dtype: Any = None,
+        max_sampling_rows: int = 64,
+        batch_window_s: float = 0.005,
+    ) -> None:
+        self.base_model = base_model
+        self.model, self.tokenizer = load_model(base_model, device=device, dtype=dtype)
+        self.device = next(self.model.parameters()).device
+        self.linear_groups = linear_groups(self.model)
+        self.lock = threading.RLock()
+        self.peft: Any = None
+        self._params: dict[str, dict[str, torch.nn.Parameter]] = {}
+        self._slots: dict[LoraSpec, str] = {}
+        self._slot_holds: dict[str, str] = {}
+        self._specs: dict[str, LoraSpec] = {}
+        eos = self.model.generation_config.eos_token_id
+        eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
+        if self.tokenizer.eos_token_id is not None:
+            eos_ids.add(self.tokenizer.eos_token_id)
+        self.eos_token_ids: set[int] = {int(i) for i in eos_ids}
+        pad = self.tokenizer.pad_token_id
+        self.pad_token_id = int(pad if pad is not None else 0)
+        self.vocab_size = len(self.tokenizer)
+        self.max_seq_len: int | None = getattr(
+            self.model.config, "max_position_embeddings", None
+        )
+        self.scheduler = SamplingScheduler(self, max_sampling_rows, batch_window_s)
+
+    # ---------------------------------------------------------------- adapters
+
+    def add_adapter(self, name: str, spec: LoraSpec, seed: int | None) -> None:
+        """Create a fresh LoRA adapter: A random (seeded), B zero, so it starts as
+        the base model exactly. Does not touch the caller's global RNG."""
+        from peft import get_peft_model
+
+        config = spec.peft_config(self.linear_groups)
+        with self.lock, torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            torch.manual_seed(seed if seed is not None else torch.seed())
+            if self.peft is None:
+                self.peft = get_peft_model(self.model, config, adapter_name=name)
+            else:
+                self.peft.add_adapter(name, config)
+            marker = f".{name}."
+            self._params[name] = {
+                qualified.replace(marker, "."): p
+                for qualified, p in self.model.named_parameters()
+                if marker in qualified
+            }
+            for p in self._params[name].values():
+                p.requires_grad_(False)
+            self._specs[name] = spec
+
+    def delete_adapter(self, name: str) -> None:
+        with self.lock:
+            if self.peft is not None and name in self._params:
+                self.peft.delete_adapter(name)
+                del self._params[name]
+                self._specs.pop(name, None)
+
+    def parameters(self, name: str) -> dict[str, torch.nn.Parameter]:
+        """The adapter's LoRA parameters by adapter-independent name."""
+        return self._params[name]
+
+    def activate(self, name: str | None, trainable: bool = False) -> None:
+        """Route the forward pass through adapter ``name`` (None: the base model).
+
+        Call with :attr:`lock` held. Only the active adapter's parameters get
+        ``requires_grad``, and only when ``trainable``.
+        """
+        if self.peft is None:
+            if name is not None:
+                raise KeyError(name)
+            return
+        lora_model = self.peft.base_model
+        if name is None:
+            lora_model.disable_adapter_layers()
+            return
+        lora_model.enable_adapter_layers()
+        if self.peft.active_adapter != name:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.peft.set_adapter(name)
+        for p in self._params[name].values():
+            p.requires_grad_(trainable)
+
+    def snapshot(self, name: str, label: str = "") -> AdapterSnapshot:
+        """Copy adapter ``name``'s current weights (later steps do not change it)."""
+        with self.lock:
+            tensors = {k: p.detach().clone() for k, p in self._params[name].items()}
+        return AdapterSnapshot(self._specs[name], tensors, self.base_model, label)
+
+    def load_tensors(self, name: str, tensors: dict[str, torch.Tensor]) -> None:
+        """Copy ``tensors`` into adapter ``name`` (shapes must match)."""
+        params = self._params[name]
+        missing = set(params) - set(tensors)
+        if missing:
+            raise ValueError(
+                f"checkpoint lacks {len(missing)} LoRA tensors, e.g. {min(missing)}"
+            )
+        with self.lock, torch.no_grad():
+            for key, p in params.items():
+                p.copy_(tensors[key].to(device=p.device, dtype=p.dtype))
+
+    def spec(self, name: str) -> LoraSpec:
+        """The shape of adapter ``name``."""
+        return self._specs[name]
+
+    @contextlib.contextmanager
+    def using(self, snapshot: AdapterSnapshot | None) -> Iterator[Any]:
+        """Hold the lock with ``snapshot``'s weights active (None: base model).
+
+        The snapshot is copied into a sampler slot adapter of the same shape, unless
+        the slot already holds it.
+        """
+        with self.lock:
+            if snapshot is None:
+                self.activate(None)
+            else:
+                slot = self._slots.get(snapshot.spec)
+                if slot is None:
+                    slot = f"sampler-{len(self._slots)}"
+                    self.add_adapter(slot, snapshot.spec, seed=0)
+                    self._slots[snapshot.spec] = slot
+                if self._slot_holds.get(slot) != snapshot.id:
+                    self.load_tensors(slot, snapshot.tensors)
+                    self._slot_holds[slot] = snapshot.id
+                self.activate(slot)
+            yield self.model
+
+
+class SamplingScheduler:
+    """Merges ``sample`` requests that arrive together into one batched generation.
+
+    A daemon thread waits for a request, then ``batch_window_s`` more for others
+    (``asyncio.gather`` of one ``sample_async`` per prompt submits them all within
+    microseconds), and decodes every pending request that samples from the same
+    weights, up to ``max_rows`` completions, in one loop. Requests for other weights
+    wait for the next batch. This is why the async rollout is faster than the sync
+    one on this engine too: four groups of eight share every forward pass.
+    """
+
+    def __init__(self, host: ModelHost, max_rows: int, batch_window_s: float) -> None:
+        self.host = host
+        self.max_rows = max(1, int(max_rows))
+        self.window = max(0.0, float(batch_window_s))
+        self._cv = threading.Condition()
+        self._pending: list[GenerationRequest] = []
+        self._thread: threading.Thread | None = None
+        self.batches = 0  # number of generate() calls, for tests and benchmarks
+
+    def submit(self, request: GenerationRequest) -> None:
+        with self._cv:
+            self._pending.append(request)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._run, name="grpo-local-sampler", daemon=True
+                )
+                self._thread.start()
+            self._cv.notify()
+
+    def _take_batch(self) -> list[GenerationRequest]:
+        with self._cv:
+            while not self._pending:
+                self._cv.wait()
+            deadline = time.monotonic() + self.window
+            while (left := deadline - time.monotonic()) > 0:
+                self._cv.wait(left)
+            head = self._pending[0]
+            batch: list[GenerationRequest] = []
+            rest: list[GenerationRequest] = []
+            rows = 0
+            for req in self._pending:
+                fits = not batch or rows + req.rows <= self.max_rows
+                if req.weights_key is head.weights_key and fits:
+                    batch.append(req)
+                    rows += req.rows
+                else:
+                    rest.append(req)
+            self._pending = rest
+        return [r for r in batch if r.future.set_running_or_notify_cancel()]
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch()
+            if not batch:
+                continue
+            try:
+                with self.host.using(batch[0].weights_key) as model:
+                    responses = generate(
+                        model,
+                        self.host.tokenizer,
+                        batch,
+                        self.host.eos_token_ids,
+                        self.host.pad_token_id,
+                    )
+                self.batches += 1
+            except BaseException as exc:  # noqa: BLE001 - hand every failure to callers
+                for req in batch:
+                    req.future.set_exception(exc)
+                continue
+            for req, resp in zip(batch, responses, strict=True):
+                req.future.set_result(resp)
+
+
+_hosts: dict[tuple[str, str, str], ModelHost] = {}
+_hosts_lock = threading.Lock()
+
+
+def get_host(
+    base_model: str, device: str, dtype: Any = None, **scheduler_options: Any
+) -> ModelHost:
+    """The process-wide :class:`ModelHost` for a base model (loaded on first use).
+
+    Every client of every local ServiceClient in this process shares it, so a
+    notebook that connects twice does not hold two copies of the weights.
+    """
+    from grpo_helpers.local.models import SMOLLM2, _is_smollm2
+
+    name = SMOLLM2 if _is_smollm2(base_model) else base_model
+    key = (name, str(device), str(dtype))
+    with _hosts_lock:
+        host = _hosts.get(key)
+        if host is None:
+            host = ModelHost(name, device, dtype, **scheduler_options)
+            _hosts[key] = host
+        else:
+            if "max_sampling_rows" in scheduler_options:
+                host.scheduler.max_rows = int(scheduler_options["max_sampling_rows"])
+            if "batch_window_s" in scheduler_options:
+                host.scheduler.window = float(scheduler_options["batch_window_s"])
+        return host

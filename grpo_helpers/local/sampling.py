@@ -1,0 +1,359 @@
+"""The local engine's sampler: one KV-cached decoding loop for many prompts at once.
+
+In GRPO the sampler answers each prompt ``group_size`` times. The loop here does what
+an inference server does, in about two hundred lines:
+
+1. **Prefill once per prompt.** The prompts of all requests in a batch are left-padded
+   into one ``[R, P]`` tensor (attention mask and position ids make padding
+   invisible) and run through the model once, filling the KV cache.
+2. **Fan out.** Each prompt's cache row is repeated ``num_samples`` times, so the
+   shared prompt is encoded once for the whole group.
+3. **Decode.** Every step feeds one new token per row. The token is drawn from the
+   *sampling* distribution (temperature, top-k, top-p), but the logprob recorded for
+   it is always the one under the model's *raw* distribution (temperature 1, no
+   filtering). That is the number importance sampling needs: ``forward_backward``
+   recomputes the same quantity, so with ``temperature=1, top_p=1, top_k=-1`` the
+   ratio ``exp(logprob_train - logprob_sample)`` is 1 up to float noise (1e-4).
+4. **Stop.** A row stops at the tokenizer's EOS token, at any stop token id, when its
+   text contains a stop string, or after ``max_tokens``. Finished rows leave the batch
+   (their cache rows are dropped) so long completions do not pay for short ones.
+
+Randomness comes from one ``torch.Generator`` per request, seeded with
+``SamplingParams.seed`` when given: the same seed gives the same completions, whether
+the request ran alone or batched with others.
+
+Introduced in: 05_sync_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from pytrio.types import SampleResponse, SampleSequence, SamplingParams
+
+
+@dataclass
+class GenerationRequest:
+    """One ``SamplingClient.sample`` call, waiting in the batching queue.
+
+    Attributes:
+        prompt: prompt token ids, ``[P]``.
+        num_samples: completions to draw (the GRPO ``group_size``).
+        params: pytrio ``SamplingParams`` (``max_tokens`` already checked > 0).
+        include_prompt_logprobs: also return ``log p(prompt[t] | prompt[:t])``.
+        topk_prompt_logprobs: also return the top-k alternatives at each prompt
+            position.
+        return_text: decode each completion.
+        weights_key: which weights to sample from; only requests with the same key
+            share a batch.
+        future: resolved with the ``SampleResponse``.
+    """
+
+    prompt: list[int]
+    num_samples: int
+    params: SamplingParams
+    include_prompt_logprobs: bool = False
+    topk_prompt_logprobs: int = 0
+    return_text: bool = True
+    weights_key: Any = None
+    future: Future = field(default_factory=Future)
+
+    @property
+    def rows(self) -> int:
+        return self.num_samples
+
+
+def stop_lists(
+    stop: str | Sequence[str] | Sequence[int] | None,
+) -> tuple[list[str], set[int]]:
+    """Split ``SamplingParams.stop`` into stop strings and stop token ids.
+
+    Example::
+
+        >>> stop_lists(["\\n\\n", "</answer>"])
+        (['\\n\\n', '</answer>'], set())
+        >>> stop_lists([2, 7])
+        ([], {2, 7})
+    """
+    if stop is None:
+        return [], set()
+    if isinstance(stop, str):
+        return ([stop] if stop else []), set()
+    items = list(stop)
+    if items and all(isinstance(s, int) and not isinstance(s, bool) for s in items):
+        return [], {int(s) for s in items}
+    return [str(s) for s in items if str(s)], set()
+
+
+def filter_logits(
+    logits: torch.Tensor, temperature: float, top_k: int, top_p: float
+) -> torch.Tensor:
+    """The sampling distribution's logits: ``logits / T``, then top-k, then top-p.
+
+    Args:
+        logits: ``[B, V]`` raw next-token logits.
+        temperature: > 0 (temperature 0 is greedy and never gets here).
+        top_k: keep the k most likely tokens; ``-1`` or ``0`` keeps all.
+        top_p: keep the smallest set of tokens whose probability reaches ``top_p``.
+
+    Returns:
+        ``[B, V]`` logits with removed tokens set to ``-inf``.
+    """
+    scores = logits / temperature
+    vocab = scores.shape[-1]
+    if 0 < top_k < vocab:
+        kth = torch.topk(scores, top_k, dim=-1).values[..., -1:]
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_scores, order = torch.sort(scores, descending=True, dim=-1)
+        probs = sorted_scores.softmax(-1)
+        # Remove a token when the tokens ranked above it already reach top_p.
+        remove_sorted = probs.cumsum(-1) - probs >= top_p
+        remove_sorted[..., 0] = False
+        remove = remove_sorted.scatter(-1, order, remove_sorted)
+        scores = scores.masked_fill(remove, float("-inf"))
+    return scores
+
+
+def _generator(seed: int | None, device: torch.device) -> torch.Generator:
+    gen = torch.Generator(device=device)
+    gen.manual_seed(seed if seed is not None else secrets.randbits(63))
+    return gen
+
+
+class _Row:
+    """One completion being decoded."""
+
+    __slots__ = ("req", "tokens", "logprobs", "stop_reason")
+
+    def __init__(self, req: int) -> None:
+        self.req = req
+        self.tokens: list[int] = []
+        self.logprobs: list[float] = []
+        self.stop_reason: str | None = None
+
+
+def _prompt_logprobs(
+    logits: torch.Tensor, prompt: list[int], topk: int
+) -> tuple[list[float | None], list[list[tuple[int, float]] | None]]:
+    """``log p(prompt[t] | prompt[:t])`` for t >= 1 (None at t = 0), and top-k lists."""
+    logp = torch.log_softmax(logits.float(), dim=-1)  # [P, V], row t predicts t+1
+    targets = torch.tensor(prompt[1:], device=logp.device)
+    values = logp[:-1].gather(-1, targets[:, None])[:, 0].tolist()
+    top: list[list[tuple[int, float]] | None] = []
+    if topk > 0:
+        vals, ids = torch.topk(logp[:-1], min(topk, logp.shape[-1]), dim=-1)
+        top = [None] + [
+            list(zip(i, v, strict=True))
+            for i, v in zip(ids.tolist(), vals.tolist(), strict=True)
+        ]
+    return [None, *values], top
+
+
+@torch.no_grad()
+def generate(
+    model: Any,
+    tokenizer: Any,
+    requests: list[GenerationRequest],
+    eos_token_ids: set[int],
+    pad_token_id: int = 0,
+) -> list[SampleResponse]:
+    """Sample every request of a batch in one KV-cached decoding loop.
+
+    Args:
+        model: a ``transformers`` causal LM (with the wanted LoRA adapter active).
+        tokenizer: decodes completions and checks stop strings.
+        requests: requests that share ``model``'s current weights.
+        eos_token_ids: tokens that always end a completion (stop reason ``"stop"``).
+        pad_token_id: filler for left padding (never attended to).
+
+    Returns:
+        One ``SampleResponse`` per request, in order. Each ``SampleSequence`` holds
+        the completion ``tokens`` (a final stop or EOS token included, since the
+        policy chose it), the raw-distribution ``logprobs`` of those tokens, the
+        ``text`` (cut before a stop string or stop token) and ``stop_reason``:
+        ``"stop"`` or ``"length"``. ``input_tokens`` is the prompt length (encoded
+        once per request), ``output_tokens`` the number of sampled tokens.
+    """
+    device = next(model.parameters()).device
+    n_req = len(requests)
+    lengths = [len(r.prompt) for r in requests]
+    width = max(lengths)
+
+    # 1. Prefill: left-pad the prompts, one forward pass fills the KV cache.
+    input_ids = torch.full((n_req, width), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((n_req, width), dtype=torch.long)
+    for i, r in enumerate(requests):
+        input_ids[i, width - lengths[i] :] = torch.tensor(r.prompt)
+        mask[i, width - lengths[i] :] = 1
+    input_ids, mask = input_ids.to(device), mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    need_prompt = any(
+        r.include_prompt_logprobs or r.topk_prompt_logprobs for r in requests
+    )
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    out = model(
+        input_ids=input_ids,
+        attention_mask=mask,
+        position_ids=positions,
+        cache=cache,
+        use_cache=True,
+        logits_to_keep=0 if need_prompt else 1,
+    )
+    prompt_lp: list[tuple[list[float | None], list]] = []
+    for i, r in enumerate(requests):
+        if r.include_prompt_logprobs or r.topk_prompt_logprobs:
+            prompt_lp.append(
+                _prompt_logprobs(
+                    out.logits[i, width - lengths[i] :],
+                    r.prompt,
+                    r.topk_prompt_logprobs,
+                )
+            )
+        else:
+            prompt_lp.append(([], []))
+    last = out.logits[:, -1, :].float()
+    del out
+
+    # 2. Fan out: row b samples for request row_req[b]; cache rows are copied.
+    rows = [_Row(i) for i, r in enumerate(requests) for _ in range(r.num_samples)]
+    index = torch.tensor([row.req for row in rows], device=device)
+    cache.batch_select_indices(index)
+    mask = mask[index]
+    pos = positions[index, -1]
+    logits = last[index]
+
+    stops = [stop_lists(r.params.stop) for r in requests]
+    gens = [_generator(r.params.seed, device) for r in requests]
+    max_tokens = [int(r.params.max_tokens) for r in requests]
+    longest = [max((len(s) for s in strs), default=0) for strs, _ in stops]
+    active = list(range(len(rows)))  # rows still decoding, in batch order
+
+    # 3. Decode.
+    while active:
+        logp = torch.log_softmax(logits, dim=-1)
+        chosen = torch.empty(len(active), dtype=torch.long, device=device)
+        start = 0
+        while start < len(active):  # rows of one request are contiguous
+            req = rows[active[start]].req
+            end = start
+            while end < len(active) and rows[active[end]].req == req:
+                end += 1
+            p = requests[req].params
+            if p.temperature <= 0:
+                chosen[start:end] = logits[start:end].argmax(-1)
+            else:
+                scores = filter_logits(
+                    logits[start:end], p.temperature, p.top_k, p.top_p
+                )
+                probs = torch.softmax(scores, dim=-1)
+                chosen[start:end] = torch.multinomial(probs, 1, generator=gens[req])[
+                    :, 0
+                ]
+            start = end
+        chosen_lp = logp.gather(-1, chosen[:, None])[:, 0]
+
+        keep: list[int] = []
+        for slot, (b, tok, lp) in enumerate(
+            zip(active, chosen.tolist(), chosen_lp.tolist(), strict=True)
+        ):
+            row = rows[b]
+            row.tokens.append(tok)
+            row.logprobs.append(lp)
+            strs, ids = stops[row.req]
+            hit = tok in ids or tok in eos_token_ids
+            if hit or (
+                strs and _hits_stop(tokenizer, row.tokens, strs, longest[row.req])
+            ):
+                row.stop_reason = "stop"
+            elif len(row.tokens) >= max_tokens[row.req]:
+                row.stop_reason = "length"
+            else:
+                keep.append(slot)
+        if not keep:
+            break
+        if len(keep) < len(active):
+            sel = torch.tensor(keep, device=device)
+            cache.batch_select_indices(sel)
+            mask, pos, chosen = mask[sel], pos[sel], chosen[sel]
+            active = [active[k] for k in keep]
+        mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
+        pos = pos + 1
+        out = model(
+            input_ids=chosen[:, None],
+            attention_mask=mask,
+            position_ids=pos[:, None],
+            cache=cache,
+            use_cache=True,
+        )
+        logits = out.logits[:, -1, :].float()
+        del out
+
+    # 4. Package.
+    responses = []
+    for i, r in enumerate(requests):
+        seqs = []
+        for row in rows:
+            if row.req != i:
+                continue
+            text = None
+            if r.return_text:
+                text = _completion_text(tokenizer, row, stops[i], eos_token_ids)
+            seqs.append(
+                SampleSequence(
+                    stop_reason=row.stop_reason or "length",
+                    tokens=row.tokens,
+                    text=text,
+                    logprobs=row.logprobs,
+                )
+            )
+        plp, top = prompt_lp[i]
+        responses.append(
+            SampleResponse(
+                sequences=seqs,
+                prompt_logprobs=plp,
+                topk_prompt_logprobs=top,
+                input_tokens=len(r.prompt),
+                output_tokens=sum(len(s.tokens) for s in seqs),
+            )
+        )
+    return responses
+
+
+def _hits_stop(
+    tokenizer: Any, tokens: list[int], strs: list[str], longest: int
+) -> bool:
+    """Whether the completion's text now contains a stop string.
+
+    Only the tail is decoded (enough tokens to hold the longest stop string plus
+    the new token), so the check costs the same at step 5 and step 500.
+    """
+    tail = tokenizer.decode(tokens[-(longest + 1) :], skip_special_tokens=False)
+    return any(s in tail for s in strs)
+
+
+def _completion_text(
+    tokenizer: Any,
+    row: _Row,
+    stop: tuple[list[str], set[int]],
+    eos_token_ids: set[int],
+) -> str:
+    """Decoded completion, cut before the first stop string or the final stop token."""
+    strs, ids = stop
+    tokens = row.tokens
+    if (
+        row.stop_reason == "stop"
+        and tokens
+        and (tokens[-1] in ids or tokens[-1] in eos_token_ids)
+    ):
+        tokens = tokens[:-1]
+    text = tokenizer.decode(tokens, skip_special_tokens=False)
+    cut = min((text.find(s) for s in strs if s in text), default=-1)
+    return text[:cut] if cut >= 0 else text
