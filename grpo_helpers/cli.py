@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from dataclasses import fields
 from pathlib import Path
 
+from pytrio import PyTrioError
+
 from grpo_helpers.config import (
     ADVANTAGE_SCALES,
     BACKENDS,
@@ -107,6 +109,88 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _eval_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a base model and a checkpoint on the same questions",
+        description="Greedy evaluation of the base model and, when given, a "
+        "checkpoint on the same questions: exact and lenient accuracy with 95%% "
+        "Wilson intervals, the difference and McNemar's p-value.",
+    )
+    p.add_argument("--limit", type=int, default=100, help="first N questions")
+    p.add_argument("--checkpoint-path", default=None, help="weights path to compare")
+    p.add_argument("--base-model", default=None, help="default: the engine's default")
+    p.add_argument("--backend", choices=BACKENDS, default=SETTINGS.backend)
+    p.add_argument("--dataset", choices=DATASETS, default="gsm8k")
+    p.add_argument("--difficulty", type=int, default=1, help="arithmetic only")
+    p.add_argument("--seed", type=int, default=42, help="arithmetic problem seed")
+    p.add_argument("--split", choices=("test", "train"), default="test")
+    p.add_argument("--temperature", type=float, default=0.0)
+    p.add_argument("--max-tokens", type=int, default=512)
+    p.add_argument("--concurrency", type=int, default=8)
+    p.add_argument("--out", default=None, help="records file (.jsonl or .csv)")
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from grpo_helpers import evaluation
+    from grpo_helpers.engines import connect
+    from grpo_helpers.training import load_split
+
+    if args.limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    config = GRPOConfig(
+        base_model=args.base_model,
+        backend=args.backend,
+        dataset=args.dataset,
+        difficulty=args.difficulty,
+        seed=args.seed,
+    )
+    rows = load_split(config, args.split)
+    rows = rows.select(range(min(args.limit, len(rows))))
+    service = connect(args.backend)
+    kwargs = {
+        "temperature": args.temperature,
+        "max_tokens": args.max_tokens,
+        "concurrency": args.concurrency,
+    }
+    samplers = {"base": service.create_sampling_client(base_model=config.model_name)}
+    if args.checkpoint_path:
+        samplers["checkpoint"] = service.create_sampling_client(
+            base_model=config.model_name, model_path=args.checkpoint_path
+        )
+    tokenizer = samplers["base"].get_tokenizer()
+    results = [
+        evaluation.evaluate(sampler, tokenizer, rows, name=name, **kwargs)
+        for name, sampler in samplers.items()
+    ]
+    comparison = None
+    if len(results) == 2:
+        comparison = evaluation.compare(results[0], results[1], "exact")
+    print(
+        f"{config.model_name} on {args.dataset} {args.split}[:{len(rows)}], "
+        f"temperature {args.temperature}, max_tokens {args.max_tokens}"
+    )
+    print(evaluation.format_results_table(results, comparison))
+    if comparison is not None:
+        lenient = evaluation.compare(results[0], results[1], "lenient")
+        print(lenient.summary_line())
+    tokens = sum(r.summary["total_tokens"] for r in results)
+    print(f"evaluation tokens: {tokens / 1e6:.3f}M")
+    out = Path(args.out or Path("runs") / "eval" / "records.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    import pandas as pd
+
+    records = pd.concat(
+        [r.records.assign(model=r.name) for r in results], ignore_index=True
+    )
+    if out.suffix == ".csv":
+        records.to_csv(out, index=False)
+    else:
+        records.to_json(out, orient="records", lines=True)
+    print(f"records: {out}")
+    return 0
+
+
 def _series_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "series",
@@ -170,11 +254,12 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
+    _eval_parser(sub)
     _series_parser(sub)
     return parser
 
 
-COMMANDS = {"train": cmd_train, "series": cmd_series}
+COMMANDS = {"train": cmd_train, "eval": cmd_eval, "series": cmd_series}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -182,7 +267,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (ValueError, FileExistsError, FileNotFoundError) as error:
+    except (ValueError, OSError, PyTrioError) as error:
         # Bad input: say what was wrong without a traceback.
         print(f"error: {error}", file=sys.stderr)
         return 2
