@@ -1,0 +1,375 @@
+"""Tests of notebooks 01-04 without running them end to end (nbmake does that).
+
+Three kinds of checks:
+
+* structure: the house style's opening, one ``parameters`` cell, summary and
+  exercises, stripped outputs, explicit imports;
+* teaching: the functions a notebook writes out by hand (cells tagged ``teach``) agree
+  with ``grpo_helpers``, and the numbers it quotes are right;
+* exercises: every solution in ``notebooks/solutions/`` passes the notebook's own
+  self-check cells (tagged ``self-check``), and the committed stubs (tagged
+  ``exercise``) make those cells print "not yet" without raising.
+
+Cells are executed in a namespace made by the notebook's opening cell (its imports),
+so the tests use exactly the code a learner sees.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import math
+import re
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import nbformat
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from grpo_helpers import advantages, data, datum, rewards
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = ROOT / "notebooks"
+STEMS = (
+    "01_gsm8k_dataset",
+    "02_reward_design",
+    "03_group_advantages",
+    "04_datum_alignment",
+)
+#: The first heading of each notebook, as in the README's syllabus.
+TITLES = {
+    "01_gsm8k_dataset": "GSM8K dataset",
+    "02_reward_design": "Reward design",
+    "03_group_advantages": "Group advantages",
+    "04_datum_alignment": "Datum alignment",
+}
+#: What each notebook's exercises define (the names its solutions module exports).
+EXERCISE_NAMES = {
+    "01_gsm8k_dataset": ("fraction_cut_off", "smallest_budget"),
+    "02_reward_design": ("last_boxed", "gaming_completion"),
+    "03_group_advantages": ("smallest_group_size", "success_advantage"),
+    "04_datum_alignment": ("trained_target", "looks_aligned"),
+}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+@cache
+def read_notebook(stem: str) -> nbformat.NotebookNode:
+    return nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+
+
+def code_cells(stem: str) -> list[nbformat.NotebookNode]:
+    return [cell for cell in read_notebook(stem).cells if cell.cell_type == "code"]
+
+
+def tagged(stem: str, tag: str) -> list[str]:
+    """Sources of the code cells that carry ``tag``, in notebook order."""
+    return [
+        cell.source
+        for cell in code_cells(stem)
+        if tag in cell.get("metadata", {}).get("tags", [])
+    ]
+
+
+def run_cells(sources: list[str], namespace: dict[str, Any]) -> str:
+    """Execute cell sources one after the other in ``namespace``; return stdout."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        for source in sources:
+            exec(compile(source, "<notebook cell>", "exec"), namespace)
+    return out.getvalue()
+
+
+@cache
+def _opening_namespace(stem: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": f"notebook_{stem}"}
+    run_cells([code_cells(stem)[0].source], namespace)
+    return namespace
+
+
+def opening_namespace(stem: str) -> dict[str, Any]:
+    """A fresh namespace holding what the notebook's opening cell imports."""
+    return dict(_opening_namespace(stem))
+
+
+@cache
+def taught(stem: str) -> dict[str, Any]:
+    """The namespace after the notebook's ``teach`` cells (its by-hand functions)."""
+    namespace = opening_namespace(stem)
+    run_cells(tagged(stem, "teach"), namespace)
+    return namespace
+
+
+def load_solution(stem: str) -> ModuleType:
+    path = NOTEBOOKS / "solutions" / f"{stem}.py"
+    spec = importlib.util.spec_from_file_location(f"solutions_{stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def self_check_results(stem: str, answers: dict[str, Any]) -> list[str]:
+    """Run the self-check cells with ``answers`` in place of the learner's cells."""
+    namespace = opening_namespace(stem)
+    namespace.update(answers)
+    output = run_cells(tagged(stem, "self-check"), namespace)
+    return [line for line in output.splitlines() if line.startswith("exercise ")]
+
+
+# --------------------------------------------------------------------------- structure
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_opening_follows_the_house_style(stem: str) -> None:
+    cells = read_notebook(stem).cells
+    first = cells[0]
+    assert first.cell_type == "markdown"
+    assert first.source.startswith(f"# {stem[:2]} {TITLES[stem]}\n")
+    for part in ("**You will learn**", "**Prerequisites**", "**Runtime**"):
+        assert part in first.source, f"{stem}: no {part} in the first cell"
+    runtime = first.source.split("**Runtime**")[1].split("\n\n")[0]
+    assert "fast" in runtime and "full" in runtime
+    opening = cells[1]
+    assert opening.cell_type == "code"
+    for needle in ("version", "config.SETTINGS.backend", "default_device()"):
+        assert needle in opening.source, f"{stem}: opening cell lacks {needle}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_title_matches_the_readme_syllabus(stem: str) -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert f"[{TITLES[stem]}](notebooks/{stem}.ipynb)" in readme
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_one_parameters_cell_one_knob_per_line(stem: str) -> None:
+    parameters = tagged(stem, "parameters")
+    assert len(parameters) == 1
+    lines = [line for line in parameters[0].splitlines() if line.strip()]
+    assert lines
+    for line in lines:
+        assert re.match(r"^\w+ = .+  # \S", line), f"{stem}: not a knob: {line!r}"
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_stripped_explicit_and_complete(stem: str) -> None:
+    nb = read_notebook(stem)
+    for cell in code_cells(stem):
+        assert cell.outputs == [] and cell.execution_count is None
+        assert "import *" not in cell.source
+    headings = [c.source for c in nb.cells if c.cell_type == "markdown"]
+    assert any(h.startswith("## Summary") for h in headings)
+    assert any("## Exercises" in h for h in headings)
+    # one stub per code exercise, each followed by its self-check (plus the helper)
+    assert len(tagged(stem, "exercise")) == len(EXERCISE_NAMES[stem])
+    assert len(tagged(stem, "self-check")) == len(EXERCISE_NAMES[stem]) + 1
+
+
+# --------------------------------------------------------------------------- exercises
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_solutions_pass_the_notebook_self_checks(stem: str) -> None:
+    solution = load_solution(stem)
+    answers = {name: getattr(solution, name) for name in EXERCISE_NAMES[stem]}
+    results = self_check_results(stem, answers)
+    expected = [f"exercise {n}: ok" for n in range(1, len(answers) + 1)]
+    assert results == expected
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_stubs_report_not_yet_without_raising(stem: str) -> None:
+    namespace = opening_namespace(stem)
+    run_cells(tagged(stem, "exercise"), namespace)
+    stubs = {name: namespace[name] for name in EXERCISE_NAMES[stem]}
+    results = self_check_results(stem, stubs)
+    expected = [f"exercise {n}: not yet" for n in range(1, len(stubs) + 1)]
+    assert results == expected
+
+
+def test_solutions_directly() -> None:
+    s01 = load_solution("01_gsm8k_dataset")
+    assert s01.fraction_cut_off([64, 65], 64) == 0.5
+    assert s01.smallest_budget([9000], 0.5) is None
+    s02 = load_solution("02_reward_design")
+    assert s02.last_boxed(r"\boxed{\boxed{5}}") == "5"
+    assert rewards.grade_answer(s02.gaming_completion, "72") == 0.0
+    assert rewards.shaped_reward(s02.gaming_completion, "72") >= 0.5
+    s03 = load_solution("03_group_advantages")
+    assert s03.smallest_group_size(0.9, 0.2) == 16
+    for g in (2, 4, 16, 64):
+        assert s03.success_advantage(g, 1, "group") == pytest.approx(math.sqrt(g - 1))
+    s04 = load_solution("04_datum_alignment")
+    assert s04.trained_target([1, 2, 3], [7, 8], 1) is None
+    assert s04.trained_target([1, 2, 3], [7, 8], 3) == 8
+
+
+@given(text=st.text(alphabet="\\boxed{}12 ", max_size=40))
+@settings(max_examples=300, deadline=None)
+def test_last_boxed_solution_matches_extract_boxed(text: str) -> None:
+    solution = load_solution("02_reward_design")
+    assert solution.last_boxed(text) == rewards.extract_boxed(text)
+
+
+# ------------------------------------------------------------ 01: taught vs package
+
+
+def test_01_gold_answer_by_hand_agrees_on_every_row() -> None:
+    by_hand = taught("01_gsm8k_dataset")["gold_answer_by_hand"]
+    for split in ("train", "test"):
+        for answer_text in data.load_gsm8k(split)["answer"]:
+            assert by_hand(answer_text) == data.extract_gsm8k_answer(answer_text)
+
+
+def test_01_reference_solutions_as_completions_earn_full_reward() -> None:
+    as_completion = taught("01_gsm8k_dataset")["as_completion"]
+    for answer_text in data.load_gsm8k("train")["answer"]:
+        completion = as_completion(answer_text)
+        assert "<<" not in completion and "####" not in completion
+        gold = data.extract_gsm8k_answer(answer_text)
+        assert rewards.grade_answer(completion, gold) == 1.0
+
+
+# ------------------------------------------------------------ 02: taught vs package
+
+_PIECES = (
+    "\\boxed{",
+    "}",
+    "{",
+    "72",
+    "74",
+    "-3",
+    "1,000",
+    "0.5",
+    "\\frac{144}{2}",
+    "$",
+    " ",
+    "clips",
+    ".",
+    "48 / 2 = 24",
+)
+
+
+@given(
+    pieces=st.lists(st.sampled_from(_PIECES), max_size=8),
+    gold=st.sampled_from(["72", "-3", "1000", "0", "0.5", "24"]),
+)
+@settings(max_examples=400, deadline=None)
+def test_02_shaped_reward_by_hand_agrees(pieces: list[str], gold: str) -> None:
+    by_hand = taught("02_reward_design")["shaped_reward_by_hand"]
+    text = "".join(pieces)
+    assert by_hand(text, gold) == pytest.approx(rewards.shaped_reward(text, gold))
+
+
+def test_02_quoted_numbers() -> None:
+    # the gaming example: a bare guess beats reasoning that boxes a wrong step
+    assert rewards.shaped_reward(r"\boxed{48}", "72") == pytest.approx(0.4)
+    assert rewards.shaped_reward(r"24 clips. \boxed{24}", "72") == pytest.approx(0.25)
+    # the demo regex cuts nested braces, extract_boxed does not
+    assert rewards.extract_boxed_demo(r"\boxed{\frac{144}{2}}") == "\\frac{144"
+    assert rewards.grade_answer(r"\boxed{\frac{144}{2}}", "72") == 1.0
+
+
+# ------------------------------------------------------------ 03: taught vs package
+
+
+def test_03_worked_example() -> None:
+    by_hand = taught("03_group_advantages")["group_advantages_by_hand"]
+    example = [1.0, 1.0, 0.2, 0.0]
+    expected = [0.45, 0.45, -0.35, -0.55]
+    assert np.allclose(by_hand(example), expected)
+    assert np.allclose(advantages.group_advantages(example), expected)
+
+
+@given(
+    group=st.lists(st.sampled_from([0.0, 0.1, 0.2, 0.5, 1.0]), min_size=2, max_size=16),
+    scale=st.sampled_from(["none", "group"]),
+)
+@settings(max_examples=300, deadline=None)
+def test_03_advantages_by_hand_agree(group: list[float], scale: str) -> None:
+    by_hand = taught("03_group_advantages")["group_advantages_by_hand"]
+    assert np.allclose(
+        by_hand(group, scale=scale), advantages.group_advantages(group, scale=scale)
+    )
+
+
+def test_03_simulation_agrees_with_the_formula() -> None:
+    simulate = taught("03_group_advantages")["degenerate_fraction_simulated"]
+    rng = np.random.default_rng(0)
+    num_groups = 20_000
+    for group_size in (2, 4, 8, 16):
+        for pass_rate in (0.02, 0.1, 0.5, 0.9, 0.98):
+            formula = advantages.degenerate_probability(pass_rate, group_size)
+            observed = simulate(pass_rate, group_size, num_groups, rng)
+            std_error = math.sqrt(max(formula * (1 - formula), 1e-6) / num_groups)
+            assert abs(observed - formula) < 5 * std_error
+
+
+def test_03_quoted_numbers() -> None:
+    assert round(advantages.degenerate_probability(0.9, 4), 3) == 0.656
+    assert round(advantages.degenerate_probability(0.9, 16), 3) == 0.185
+    for g in (2, 4, 8, 16, 64):
+        success = advantages.group_advantages([1.0] + [0.0] * (g - 1), scale="group")
+        assert success[0] == pytest.approx(math.sqrt(g - 1), rel=1e-3)
+
+
+# ------------------------------------------------------------ 04: taught vs package
+
+
+@given(
+    prompt=st.lists(st.integers(0, 49151), min_size=1, max_size=20),
+    completion=st.lists(st.integers(0, 49151), min_size=1, max_size=20),
+    advantage=st.floats(-2, 2),
+)
+@settings(max_examples=200, deadline=None)
+def test_04_datum_by_hand_agrees(
+    prompt: list[int], completion: list[int], advantage: float
+) -> None:
+    by_hand = taught("04_datum_alignment")["datum_by_hand"]
+    logprobs = [-0.5 - 0.01 * i for i in range(len(completion))]
+    lists = by_hand(prompt, completion, logprobs, advantage)
+    sample = datum.RolloutSample(completion, logprobs, "", 0.0, advantage)
+    built = datum.build_grpo_datum(prompt, sample)
+    assert built.model_input.to_ints() == lists["model_input"]
+    inputs = built.loss_fn_inputs
+    assert inputs["target_tokens"].tolist() == lists["target_tokens"]
+    assert np.allclose(inputs["logprobs"].tolist(), lists["logprobs"], atol=1e-6)
+    assert np.allclose(inputs["advantages"].tolist(), lists["advantages"], atol=1e-6)
+    assert len(lists["model_input"]) == len(prompt) + len(completion) - 1
+
+
+def test_04_misaligned_datums(tmp_path: Path) -> None:
+    """The length error is raised at the call; the shifted Datum passes silently."""
+    import pytrio as trio
+
+    from grpo_helpers import engines
+
+    prompt, completion = [5, 6, 7], [8, 9, 2]
+    sample = datum.RolloutSample(completion, [-0.5, -0.5, -0.5], "", 1.0, 0.5)
+    good = datum.build_grpo_datum(prompt, sample)
+    too_long = trio.Datum(
+        model_input=trio.ModelInput.from_ints(prompt + completion),
+        loss_fn_inputs=dict(good.loss_fn_inputs),
+    )
+    shifted = trio.Datum(
+        model_input=good.model_input,
+        loss_fn_inputs={
+            **good.loss_fn_inputs,
+            "target_tokens": np.array([0, 0, 7, 8, 9], dtype=np.int64),
+        },
+    )
+    service = engines.connect("local", run_dir=tmp_path, device="cpu")
+    client = service.create_lora_training_client("tiny-random", rank=4, seed=0)
+    with pytest.raises(ValueError, match="must have shape"):
+        client.forward([too_long], "importance_sampling")
+    output = client.forward([good, shifted], "importance_sampling").result()
+    assert len(output.loss_fn_outputs) == 2
