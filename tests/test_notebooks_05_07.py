@@ -1,0 +1,604 @@
+"""Notebooks 05-07: their exercise solutions, what they compute by hand, their shape.
+
+Three groups of tests:
+
+* the solutions in ``notebooks/solutions/0[5-7]_*.py`` against the engine and the
+  package (tiny-random model on the local engine);
+* what the notebooks show by hand and the package also computes: the hand-made
+  rollout group and Datums of notebook 05, ``loss_sum = -sum(A_i * C_i)`` at ratio 1,
+  an update moving probability towards positive advantages, the same draws sync and
+  async (notebook 06);
+* the notebooks themselves: the house opening, one ``parameters`` cell, the PyTRIO
+  preset, stripped outputs, and (executed in fast mode with the solutions pasted
+  into the exercise cells) every self-check printing ``ok``.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import importlib.util
+import itertools
+import math
+import shutil
+from pathlib import Path
+
+import nbformat
+import numpy as np
+import pandas as pd
+import pytest
+import pytrio as trio
+
+from grpo_helpers import (
+    advantages,
+    datum,
+    evaluation,
+    prompts,
+    rewards,
+    rollout,
+    training,
+)
+from grpo_helpers.config import SETTINGS, GRPOConfig
+from grpo_helpers.engines import connect
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = {
+    "05": ("05_sync_training_loop", "The sync training loop"),
+    "06": ("06_async_training_loop", "The async training loop"),
+    "07": ("07_base_vs_grpo_eval", "Base vs GRPO evaluation"),
+}
+#: The article's PyTRIO run (grpo-notes.md): what backend="pytrio" must select.
+ARTICLE_RUN = {
+    "base_model": "Qwen/Qwen3.5-4B",
+    "dataset": "gsm8k",
+    "steps": 50,
+    "batch_size": 2,
+    "group_size": 16,
+    "max_tokens": 512,
+    "lora_rank": 16,
+    "learning_rate": 4e-5,
+}
+
+
+def load_solution(key: str):
+    name = NOTEBOOKS[key][0]
+    path = ROOT / "notebooks" / "solutions" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"solutions_{key}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def read_notebook(key: str) -> nbformat.NotebookNode:
+    return nbformat.read(
+        ROOT / "notebooks" / f"{NOTEBOOKS[key][0]}.ipynb", as_version=4
+    )
+
+
+# ----------------------------------------------------------------------------------
+# A tiny-random group on the local engine, shared by the engine tests
+# ----------------------------------------------------------------------------------
+
+MAX_TOKENS = 6
+GROUP_SIZE = 4
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    return connect("local", run_dir=tmp_path_factory.mktemp("checkpoints"))
+
+
+@pytest.fixture(scope="module")
+def question():
+    config = GRPOConfig(base_model="tiny-random", dataset="arithmetic", backend="local")
+    row = training.load_split(config, "train")[0]
+    return row["question"], row["answer"].split("####")[-1].strip()
+
+
+def new_client(service, seed=0):
+    return service.create_lora_training_client(
+        base_model="tiny-random", rank=4, seed=seed
+    )
+
+
+def sample_group(client, tokenizer, prompt_tokens, seed=0):
+    sampler = client.save_weights_and_get_sampling_client()
+    params = rollout.make_sampling_params(tokenizer, MAX_TOKENS, 1.0, seed=seed)
+    return sampler.sample(
+        prompt=trio.ModelInput.from_ints(prompt_tokens),
+        num_samples=GROUP_SIZE,
+        sampling_params=params,
+    ).result()
+
+
+def datums_with_advantages(prompt_tokens, response, advantages):
+    """Datums of a sampled group with chosen (non-degenerate) advantages."""
+    samples = [
+        datum.RolloutSample(
+            tokens=list(seq.tokens),
+            logprobs=list(seq.logprobs),
+            text=seq.text,
+            reward=0.0,
+            advantage=a,
+        )
+        for seq, a in zip(response.sequences, advantages, strict=True)
+    ]
+    return samples, [datum.build_grpo_datum(prompt_tokens, s) for s in samples]
+
+
+@pytest.fixture(scope="module")
+def trained_group(service, question):
+    """One forward_backward on a group whose advantages are not all zero."""
+    client = new_client(service)
+    tokenizer = client.get_tokenizer()
+    prompt_tokens = prompts.build_prompt(tokenizer, question[0])
+    response = sample_group(client, tokenizer, prompt_tokens)
+    advantages = [0.75, -0.25, -0.25, -0.25]
+    samples, datums = datums_with_advantages(prompt_tokens, response, advantages)
+    fb_output = client.forward_backward(datums, loss_fn="importance_sampling").result()
+    return client, samples, datums, fb_output
+
+
+# ----------------------------------------------------------------------------------
+# Notebook 05
+# ----------------------------------------------------------------------------------
+
+
+def test_05_loss_sum_by_hand_matches_the_engine(trained_group):
+    _, _, datums, fb_output = trained_group
+    solution = load_solution("05")
+    got = solution.loss_sum_by_hand(datums, fb_output)
+    assert got == pytest.approx(fb_output.metrics["loss_sum"], rel=1e-4, abs=1e-5)
+    assert fb_output.metrics["loss_sum"] != 0.0  # the test means something
+
+
+def test_05_metrics_as_the_notebook_explains_them(trained_group):
+    """token_count = sum of model_input lengths; loss_sum = -sum(A_i C_i) at rho 1."""
+    _, samples, datums, fb_output = trained_group
+    metrics = fb_output.metrics
+    assert metrics["token_count"] == sum(d.model_input.length for d in datums)
+    predicted = -sum(s.advantage * len(s.tokens) for s in samples)
+    assert metrics["loss_sum"] == pytest.approx(predicted, rel=1e-3, abs=1e-4)
+    assert metrics["loss_mean"] == pytest.approx(
+        metrics["loss_sum"] / metrics["token_count"]
+    )
+    ratios = np.concatenate(
+        [
+            np.exp(np.array(out["logprobs"].tolist()[-len(s.tokens) :]) - s.logprobs)
+            for out, s in zip(fb_output.loss_fn_outputs, samples, strict=True)
+        ]
+    )
+    assert np.allclose(ratios, 1.0, atol=1e-3)
+
+
+def test_05_an_update_moves_probability_towards_positive_advantages(service, question):
+    """After one small step, sum_i A_i * change of log p(completion i) > 0."""
+    client = new_client(service, seed=1)
+    tokenizer = client.get_tokenizer()
+    prompt_tokens = prompts.build_prompt(tokenizer, question[0])
+    response = sample_group(client, tokenizer, prompt_tokens, seed=3)
+    advantages = [0.75, -0.25, -0.25, -0.25]
+    samples, datums = datums_with_advantages(prompt_tokens, response, advantages)
+    before = client.forward_backward(datums, loss_fn="importance_sampling").result()
+    client.optim_step(trio.AdamParams(learning_rate=1e-4)).result()
+    after = client.forward(datums, loss_fn="importance_sampling").result()
+    change = [
+        sum(new["logprobs"].tolist()[-len(s.tokens) :])
+        - sum(old["logprobs"].tolist()[-len(s.tokens) :])
+        for new, old, s in zip(
+            after.loss_fn_outputs, before.loss_fn_outputs, samples, strict=True
+        )
+    ]
+    assert sum(a * c for a, c in zip(advantages, change, strict=True)) > 0
+    assert change[0] > 0  # the one positive completion became more likely
+
+
+def test_05_hand_made_group_matches_the_package(service, question):
+    """Notebook 05, sections 4-6 = samples_from_response + build_step_datums."""
+    client = new_client(service)
+    tokenizer = client.get_tokenizer()
+    prompt_tokens = prompts.build_prompt(tokenizer, question[0])
+    response = sample_group(client, tokenizer, prompt_tokens)
+    gold = question[1]
+    texts = [seq.text for seq in response.sequences]
+
+    def reward_fn(text, _gold):  # varies within the group: not degenerate
+        return float(len(text) % 3)
+
+    group_rewards = [reward_fn(text, gold) for text in texts]
+    if len(set(group_rewards)) == 1:
+        pytest.skip("this draw gives a degenerate group")
+    adv = advantages.group_advantages(group_rewards)
+    by_hand = [
+        datum.RolloutSample(list(seq.tokens), list(seq.logprobs), text, r, a)
+        for seq, text, r, a in zip(
+            response.sequences, texts, group_rewards, adv, strict=True
+        )
+    ]
+    package = rollout.samples_from_response(response, tokenizer, gold, reward_fn)
+    assert package == by_hand
+    hand_datums = [datum.build_grpo_datum(prompt_tokens, s) for s in by_hand]
+    group = training.PromptGroup(0, prompt_tokens, gold, package)
+    package_datums = training.build_step_datums([group])
+    assert [d.model_dump() for d in package_datums] == [
+        d.model_dump() for d in hand_datums
+    ]
+
+
+def _synthetic_samples() -> pd.DataFrame:
+    """samples.jsonl rows of two steps with mixed, degenerate and partial groups."""
+    texts_rewards = {
+        0: [
+            (7, ["\\boxed{12}", "12", "\\boxed{11}", "x"]),
+            (8, ["\\boxed{5}", "\\boxed{5}", "\\boxed{5}", "\\boxed{5}"]),
+        ],
+        1: [
+            (9, ["no", "no", "no", "no"]),
+            (10, ["\\boxed{3}", "\\boxed{4}", "3", "\\boxed{30}"]),
+            (11, ["\\boxed{12}", "\\boxed{12}", "\\boxed{11}", "12"]),
+        ],
+    }
+    golds = {7: "12", 8: "5", 9: "1", 10: "3", 11: "12"}
+    records = []
+    expected = {}
+    for step, groups in texts_rewards.items():
+        prompt_groups = []
+        for index, texts in groups:
+            gold = golds[index]
+            group_rewards = [rewards.shaped_reward(t, gold) for t in texts]
+            samples = [
+                datum.RolloutSample([1, 2], [-0.1, -0.2], t, r, 0.0)
+                for t, r in zip(texts, group_rewards, strict=True)
+            ]
+            prompt_groups.append(training.PromptGroup(index, [5, 6], gold, samples))
+        records += training.sample_records(step, prompt_groups)
+        expected[step] = training.step_metrics(
+            step,
+            prompt_groups,
+            [],
+            64,
+            {},
+            {},
+            {"sampling": 0.0, "training": 0.0, "total": 0.0},
+        )
+    return pd.DataFrame(records), expected
+
+
+def test_05_step_summary_matches_step_metrics():
+    solution = load_solution("05")
+    samples, expected = _synthetic_samples()
+    for step, row in expected.items():
+        got = solution.step_summary(samples, step)
+        for key in ("reward_mean", "accuracy", "frac_degenerate"):
+            assert got[key] == pytest.approx(row[key]), (step, key)
+    assert 0 < expected[1]["frac_degenerate"] < 1
+
+
+def test_05_step_summary_on_a_real_run(tmp_path, service):
+    solution = load_solution("05")
+    config = GRPOConfig(
+        base_model="tiny-random",
+        dataset="arithmetic",
+        backend="local",
+        steps=2,
+        batch_size=2,
+        group_size=2,
+        max_tokens=6,
+        lora_rank=4,
+        reward="shaped",
+        run_dir=str(tmp_path / "run"),
+        save_every=0,
+    )
+    training.train_sync(config, service, progress=False)
+    metrics = training.load_metrics(config.run_path)
+    samples = training.load_samples(config.run_path)
+    for row in metrics.to_dict("records"):
+        got = solution.step_summary(samples, row["step"])
+        for key in ("reward_mean", "accuracy", "frac_degenerate"):
+            assert got[key] == pytest.approx(row[key])
+
+
+# ----------------------------------------------------------------------------------
+# Notebook 06
+# ----------------------------------------------------------------------------------
+
+
+def _batch(client, n=3):
+    tokenizer = client.get_tokenizer()
+    config = GRPOConfig(base_model="tiny-random", dataset="arithmetic", backend="local")
+    rows = training.load_split(config, "train")
+    tokens = [prompts.build_prompt(tokenizer, rows[i]["question"]) for i in range(n)]
+    base = rollout.make_sampling_params(tokenizer, MAX_TOKENS, 1.0)
+    params = [
+        base.model_copy(update={"seed": training.derive_seed(0, 0, i)})
+        for i in range(n)
+    ]
+    return tokens, params
+
+
+def _sequential(sampler, tokens, params):
+    return [
+        sampler.sample(
+            prompt=trio.ModelInput.from_ints(t),
+            num_samples=GROUP_SIZE,
+            sampling_params=p,
+        ).result()
+        for t, p in zip(tokens, params, strict=True)
+    ]
+
+
+def test_06_sample_submitted_first(service):
+    solution = load_solution("06")
+    client = new_client(service)
+    sampler = client.save_weights_and_get_sampling_client()
+    tokens, params = _batch(client)
+    got = solution.sample_submitted_first(sampler, tokens, params, GROUP_SIZE)
+    want = _sequential(sampler, tokens, params)
+    assert [r.input_tokens for r in got] == [len(t) for t in tokens]
+    assert [[s.tokens for s in r.sequences] for r in got] == [
+        [s.tokens for s in r.sequences] for r in want
+    ]
+
+
+def test_06_sync_and_async_sampling_draw_the_same_completions(service):
+    """Notebook 06, section 3: batching changes the speed, not the draws."""
+    client = new_client(service)
+    sampler = client.save_weights_and_get_sampling_client()
+    tokens, params = _batch(client)
+
+    async def gathered():
+        return await asyncio.gather(
+            *[
+                sampler.sample_async(
+                    prompt=trio.ModelInput.from_ints(t),
+                    num_samples=GROUP_SIZE,
+                    sampling_params=p,
+                )
+                for t, p in zip(tokens, params, strict=True)
+            ]
+        )
+
+    concurrent = asyncio.run(gathered())
+    sequential = _sequential(sampler, tokens, params)
+    assert [[s.tokens for s in r.sequences] for r in concurrent] == [
+        [s.tokens for s in r.sequences] for r in sequential
+    ]
+
+
+def test_06_one_await_and_two_awaits(service, question):
+    client = new_client(service)
+    tokenizer = client.get_tokenizer()
+    prompt_tokens = prompts.build_prompt(tokenizer, question[0])
+    _, datums = datums_with_advantages(
+        prompt_tokens,
+        sample_group(client, tokenizer, prompt_tokens),
+        [0.5, -0.5, 0.25, -0.25],
+    )
+
+    async def types():
+        sampler = await client.save_weights_and_get_sampling_client_async()
+        response = await sampler.sample_async(
+            prompt=trio.ModelInput.from_ints(prompt_tokens),
+            num_samples=2,
+            sampling_params=trio.SamplingParams(max_tokens=3),
+        )
+        fb_future = await client.forward_backward_async(
+            datums, loss_fn="importance_sampling"
+        )
+        fb_output = await fb_future
+        return [type(x).__name__ for x in (response, fb_future, fb_output)]
+
+    assert asyncio.run(types()) == [
+        "SampleResponse",
+        "APIFuture",
+        "ForwardBackwardOutput",
+    ]
+
+
+def test_06_train_step_async(service, question):
+    solution = load_solution("06")
+    client = new_client(service)
+    tokenizer = client.get_tokenizer()
+    prompt_tokens = prompts.build_prompt(tokenizer, question[0])
+    _, datums = datums_with_advantages(
+        prompt_tokens,
+        sample_group(client, tokenizer, prompt_tokens),
+        [0.5, -0.5, 0.25, -0.25],
+    )
+    fb_output, optim_output = asyncio.run(
+        solution.train_step_async(client, datums, trio.AdamParams(learning_rate=1e-4))
+    )
+    assert type(fb_output).__name__ == "ForwardBackwardOutput"
+    assert type(optim_output).__name__ == "OptimStepResponse"
+    assert fb_output.metrics["loss_sum"] != 0.0
+    assert optim_output.metrics["grad_norm"] > 0
+    assert client.step == 1
+
+
+# ----------------------------------------------------------------------------------
+# Notebook 07
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("k", "n"), [(79, 100), (95, 100), (0, 10), (10, 10), (1, 3), (7, 8), (500, 1000)]
+)
+def test_07_wilson_by_hand(k, n):
+    solution = load_solution("07")
+    low, high = solution.wilson_by_hand(k, n)
+    want = evaluation.wilson_interval(k, n)
+    assert (low, high) == pytest.approx(want, abs=1e-4)
+
+
+def _records(outcomes, seed):
+    frame = pd.DataFrame({"index": range(len(outcomes)), "exact": outcomes})
+    return frame.sample(frac=1, random_state=seed)  # any order
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_07_flips_and_p_matches_compare(seed):
+    solution = load_solution("07")
+    rng = np.random.default_rng(seed)
+    base = rng.random(60) < 0.5
+    trained = np.where(rng.random(60) < 0.3, ~base, base)
+    b, c, p = solution.flips_and_p(_records(base, seed), _records(trained, seed + 1))
+    full = {
+        "question": ["q"] * 60,
+        "gold": ["1"] * 60,
+        "completion": [""] * 60,
+        "extracted": [None] * 60,
+        "answer_lenient": [None] * 60,
+        "boxed": [False] * 60,
+    }
+    base_frame = pd.DataFrame({"index": range(60), "exact": base, "lenient": base})
+    trained_frame = pd.DataFrame(
+        {"index": range(60), "exact": trained, "lenient": trained}
+    )
+    comparison = evaluation.compare(
+        base_frame.assign(**full), trained_frame.assign(**full), n_bootstrap=0
+    )
+    assert (b, c) == (comparison.wrong_to_right, comparison.right_to_wrong)
+    assert p == pytest.approx(comparison.p_value, rel=1e-12)
+
+
+def test_07_flips_and_p_with_no_flips():
+    solution = load_solution("07")
+    same = _records([True, False, True], 0)
+    assert solution.flips_and_p(same, same) == (0, 0, 1.0)
+
+
+def test_07_questions_needed():
+    solution = load_solution("07")
+
+    def half_width(accuracy, n):
+        low, high = evaluation.wilson_interval(round(accuracy * n), n)
+        return (high - low) / 2
+
+    for accuracy, target in itertools.product((0.5, 0.8, 0.95), (0.1, 0.05, 0.03)):
+        n = solution.questions_needed(accuracy, target)
+        assert half_width(accuracy, n) <= target
+        assert all(half_width(accuracy, m) > target for m in range(1, n))
+    assert solution.questions_needed(0.8, 0.08) == 95  # about 100 questions
+
+
+def test_07_what_the_notebook_quotes():
+    """The article's 79/100 and 95/100 intervals and the McNemar scenarios."""
+    assert evaluation.wilson_interval(79, 100) == pytest.approx(
+        (0.700, 0.858), abs=1e-3
+    )
+    assert evaluation.wilson_interval(95, 100) == pytest.approx(
+        (0.888, 0.978), abs=1e-3
+    )
+    for b, c in [(16, 0), (18, 2), (20, 4), (24, 8)]:
+        assert evaluation.mcnemar_exact_p(b, c) < 0.01
+    assert evaluation.mcnemar_exact_p(16, 0) == pytest.approx(2 / 2**16)
+    assert math.isclose(evaluation.mcnemar_exact_p(0, 0), 1.0)
+
+
+# ----------------------------------------------------------------------------------
+# The notebooks themselves
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("key", sorted(NOTEBOOKS))
+def test_notebook_opening_and_parameters(key):
+    nb = read_notebook(key)
+    opening = nb.cells[0]
+    assert opening.cell_type == "markdown"
+    assert opening.source.startswith(f"# {key} {NOTEBOOKS[key][1]}\n")
+    for part in ("**You will learn**", "**Prerequisites**", "**Runtime**"):
+        assert part in opening.source
+    versions = nb.cells[1]
+    assert versions.cell_type == "code"
+    assert "importlib.metadata" in versions.source and "device" in versions.source
+    parameters = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(parameters) == 1
+    lines = [line for line in parameters[0].source.splitlines() if line.strip()]
+    for line in lines:
+        assert "=" in line.split("#")[0] and "  # " in line, line
+    names = [line.split("=")[0].strip() for line in lines]
+    assert names[0] == "backend" and "base_model" in names
+    assert 'config.pick("HuggingFaceTB/SmolLM2-135M-Instruct", "tiny-random")' in (
+        parameters[0].source
+    )
+
+
+@pytest.mark.parametrize("key", sorted(NOTEBOOKS))
+def test_notebook_pytrio_preset_is_the_article_run(key):
+    nb = read_notebook(key)
+    cells = [c.source for c in nb.cells if c.source.startswith("PRESETS = {")]
+    assert len(cells) == 1
+    tree = ast.parse(cells[0])
+    presets = ast.literal_eval(tree.body[0].value)
+    assert presets["local"] == {}
+    pytrio = presets["pytrio"]
+    for field, value in ARTICLE_RUN.items():
+        assert pytrio[field] == value, field
+    if key == "07":
+        assert pytrio["eval_questions"] == 100 and pytrio["eval_max_tokens"] == 512
+
+
+@pytest.mark.parametrize("key", sorted(NOTEBOOKS))
+def test_notebook_is_stripped_and_names_its_solutions(key):
+    nb = read_notebook(key)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None
+    name = NOTEBOOKS[key][0]
+    assert any(f"solutions/{name}.py" in c.source for c in nb.cells)
+    solution = load_solution(key)
+    exercises = [c for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
+    assert exercises
+    for cell in exercises:
+        function = ast.parse(cell.source).body[0]
+        assert hasattr(solution, function.name), function.name
+
+
+def _with_solutions(key: str, overrides: str) -> nbformat.NotebookNode:
+    """The notebook with its exercise cells replaced by the solutions file."""
+    nb = read_notebook(key)
+    path = ROOT / "notebooks" / "solutions" / f"{NOTEBOOKS[key][0]}.py"
+    for cell in nb.cells:
+        tags = cell.metadata.get("tags", [])
+        if "exercise" in tags:
+            cell.source = f"exec({path.read_text()!r})"
+        if "parameters" in tags:
+            cell.source += "\n" + overrides
+    return nb
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize(
+    ("key", "overrides", "runs"),
+    [
+        ("05", 'run_name = "pytest-nb05"', ["pytest-nb05"]),
+        ("06", 'run_name = "pytest-nb06"', ["pytest-nb06"]),
+        (
+            "07",
+            'source_run = "pytest-none"\nrun_name = "pytest-nb07"',
+            ["pytest-nb07"],
+        ),
+    ],
+)
+def test_notebook_self_checks_accept_the_solutions(key, overrides, runs, monkeypatch):
+    """Fast mode, solutions pasted into the exercise cells: every check says ok."""
+    from nbclient import NotebookClient
+
+    monkeypatch.setenv("GRPO_FAST", "1")  # the kernel inherits it
+    nb = _with_solutions(key, overrides)
+    try:
+        NotebookClient(
+            nb, timeout=600, resources={"metadata": {"path": str(ROOT / "notebooks")}}
+        ).execute()
+    finally:
+        for name in runs:
+            shutil.rmtree(SETTINGS.project_root / "runs" / name, ignore_errors=True)
+    printed = "".join(
+        output.get("text", "")
+        for cell in nb.cells
+        if "self-check" in cell.metadata.get("tags", [])
+        for output in cell.get("outputs", [])
+    )
+    checks = [line for line in printed.splitlines() if line.startswith("exercise")]
+    assert checks, printed
+    assert all(line.endswith(": ok") for line in checks), printed
