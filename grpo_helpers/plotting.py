@@ -20,6 +20,7 @@ if not matplotlib.get_backend().lower().startswith(("module://", "qt", "tk", "ma
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 FIGSIZE = (6.0, 3.5)
 COLORS = {
@@ -36,6 +37,11 @@ def _axes(ax: plt.Axes | None, figsize: tuple[float, float] = FIGSIZE) -> plt.Ax
     if ax is None:
         _, ax = plt.subplots(figsize=figsize, layout="constrained")
     return ax
+
+
+def _integer_steps(ax: plt.Axes) -> None:
+    """Steps are whole numbers: no tick at step 0.5."""
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
 
 
 def _metrics(metrics: pd.DataFrame | str | Path) -> pd.DataFrame:
@@ -110,6 +116,7 @@ def plot_training_curves(
         ylim=(-0.05, 1.05),
         title="GRPO training: reward and accuracy per step",
     )
+    _integer_steps(ax)
     ax.legend(loc="best", fontsize=8)
     ax.grid(alpha=0.3)
     return ax
@@ -144,11 +151,15 @@ def plot_completion_lengths(
             color=COLORS["degenerate"],
             label="hit max_tokens (fraction)",
         )
-        twin.set(ylabel="fraction hit max_tokens", ylim=(0, 1))
+        # headroom above the data for the two legends
+        twin.set(ylabel="fraction hit max_tokens", ylim=(0, 1.3))
+        twin.set_yticks([0, 0.25, 0.5, 0.75, 1])
         twin.legend(loc="upper right", fontsize=8)
+        ax.set_ylim(0, 1.3 * float(df["completion_tokens_max"].max()))
     ax.set(
         xlabel="step", ylabel="completion tokens", title="Completion length per step"
     )
+    _integer_steps(ax)
     ax.legend(loc="upper left", fontsize=8)
     ax.grid(alpha=0.3)
     return ax
@@ -172,6 +183,7 @@ def plot_step_times(
             color=COLORS["trained"],
         )
     ax.set(xlabel="step", ylabel="seconds", title="Where a step's time goes")
+    _integer_steps(ax)
     ax.legend(fontsize=8)
     return ax
 
