@@ -47,3 +47,21 @@ def test_stop_lists():
     assert stop_lists(["a", "bc"]) == (["a", "bc"], set())
     assert stop_lists([2, 5]) == ([], {2, 5})
     assert stop_lists([]) == ([], set())
+
+
+def test_preallocated_cache_layer_equals_concatenation():
+    from grpo_helpers.local.sampling import PreallocatedLayer
+
+    layer = PreallocatedLayer(capacity=3)
+    chunks = [torch.randn(4, 2, n, 5) for n in (2, 1, 3)]  # the last one must grow
+    for c in chunks:
+        keys, values = layer.update(c, -c)
+    assert torch.equal(keys, torch.cat(chunks, dim=2))
+    assert torch.equal(values, -torch.cat(chunks, dim=2))
+    assert layer.get_seq_length() == 6
+    layer.batch_select_indices(torch.tensor([3, 1]))
+    assert torch.equal(layer.keys, torch.cat(chunks, dim=2)[[3, 1]])
+    keys, _ = layer.update(torch.ones(2, 2, 1, 5), torch.ones(2, 2, 1, 5))
+    assert keys.shape == (2, 2, 7, 5) and torch.equal(
+        keys[:, :, -1], torch.ones(2, 2, 5)
+    )

@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from pytrio.types import SampleResponse, SampleSequence, SamplingParams
+from transformers.cache_utils import DynamicLayer
 
 
 @dataclass
@@ -152,6 +153,66 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     ]
 
 
+def _kv_cache(model: Any, capacity: int) -> Any:
+    """A ``DynamicCache`` whose layers write into preallocated buffers.
+
+    The stock ``DynamicLayer`` grows by ``torch.cat`` at every step, copying the
+    whole cache each time (about 6% of the step time at 400 tokens on a CPU).
+    """
+    from transformers import DynamicCache
+
+    cache = DynamicCache(config=model.config)
+    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
+        cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
+    return cache
+
+
+class PreallocatedLayer(DynamicLayer):
+    """One layer's keys and values in ``[B, H, capacity, D]`` buffers, filled in place.
+
+    ``keys`` / ``values`` are views of the filled part, as ``DynamicLayer`` exposes.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+        self.length = 0
+
+    def update(
+        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        if not self.is_initialized:
+            self.device = key_states.device
+            b, h, n, d = key_states.shape
+            self._k = key_states.new_empty((b, h, max(self.capacity, n), d))
+            self._v = value_states.new_empty(
+                (b, h, max(self.capacity, n), value_states.shape[-1])
+            )
+            self.is_initialized = True
+        end = self.length + key_states.shape[-2]
+        if end > self._k.shape[2]:  # only when the capacity was too small
+            extra = max(end, 2 * self._k.shape[2]) - self._k.shape[2]
+            self._k = torch.cat([self._k, self._k.new_empty(_grown(self._k, extra))], 2)
+            self._v = torch.cat([self._v, self._v.new_empty(_grown(self._v, extra))], 2)
+        self._k[:, :, self.length : end] = key_states
+        self._v[:, :, self.length : end] = value_states
+        self.length = end
+        self.keys = self._k[:, :, :end]
+        self.values = self._v[:, :, :end]
+        return self.keys, self.values
+
+    def batch_select_indices(self, indices: torch.Tensor) -> None:
+        if self.is_initialized:
+            self._k = self._k.index_select(0, indices)
+            self._v = self._v.index_select(0, indices)
+            self.keys = self._k[:, :, : self.length]
+            self.values = self._v[:, :, : self.length]
+
+
+def _grown(t: torch.Tensor, extra: int) -> tuple[int, ...]:
+    return (t.shape[0], t.shape[1], extra, t.shape[3])
+
+
 class _Row:
     """One completion being decoded."""
 
@@ -222,9 +283,8 @@ def generate(
     need_prompt = any(
         r.include_prompt_logprobs or r.topk_prompt_logprobs for r in requests
     )
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
+    capacity = width + max(int(r.params.max_tokens) for r in requests)
+    cache = _kv_cache(model, capacity)
     out = model(
         input_ids=input_ids,
         attention_mask=mask,
