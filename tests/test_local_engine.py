@@ -604,3 +604,30 @@ def test_capabilities(svc):
     caps = svc.get_server_capabilities()
     assert {m.model_name for m in caps.supported_models} == set(names)
     assert asyncio.run(svc.get_server_capabilities_async()) == caps
+
+
+def test_dropped_training_clients_release_their_adapter(svc, tok):
+    import gc
+
+    tc = new_client(svc)
+    host, name = tc._host, tc._adapter
+    assert name in host.peft.peft_config
+    del tc
+    gc.collect()
+    svc.create_sampling_client(MODEL).sample(encode(tok, "gc"), 1, params()).result()
+    assert name not in host.peft.peft_config
+
+
+def test_adapter_on_attention_only(svc, tok):
+    tc = new_client(svc, rank=4, train_mlp=False, train_unembed=False)
+    names = set(tc._host.parameters(tc._adapter))
+    assert names and all("self_attn" in n for n in names)
+    out = tc.forward_backward(
+        [
+            trio.Datum(
+                model_input=encode(tok, "attn"),
+                loss_fn_inputs={"target_tokens": tok.encode("attn")},
+            )
+        ]
+    ).result()
+    assert out.metrics["token_count"] == len(tok.encode("attn"))

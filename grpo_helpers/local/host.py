@@ -151,6 +151,7 @@ class ModelHost:
         self._slots: dict[LoraSpec, str] = {}
         self._slot_holds: dict[str, str] = {}
         self._specs: dict[str, LoraSpec] = {}
+        self._retired: list[str] = []
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         if self.tokenizer.eos_token_id is not None:
@@ -190,11 +191,19 @@ class ModelHost:
             self._specs[name] = spec
 
     def delete_adapter(self, name: str) -> None:
-        with self.lock:
+        """Remove adapter ``name`` and its parameters from the model."""
+        with self.lock, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
             if self.peft is not None and name in self._params:
                 self.peft.delete_adapter(name)
                 del self._params[name]
                 self._specs.pop(name, None)
+
+    def retire(self, name: str) -> None:
+        """Mark adapter ``name`` for deletion (a training client was garbage
+        collected). Safe from any thread: the deletion happens at the next
+        :meth:`activate`, under the lock."""
+        self._retired.append(name)
 
     def parameters(self, name: str) -> dict[str, torch.nn.Parameter]:
         """The adapter's LoRA parameters by adapter-independent name."""
@@ -206,6 +215,8 @@ class ModelHost:
         Call with :attr:`lock` held. Only the active adapter's parameters get
         ``requires_grad``, and only when ``trainable``.
         """
+        while self._retired:
+            self.delete_adapter(self._retired.pop())
         if self.peft is None:
             if name is not None:
                 raise KeyError(name)
