@@ -343,8 +343,8 @@ def _load_snapshot(host: ModelHost, path: str) -> AdapterSnapshot:
         bool(meta["train_attn"]),
         bool(meta["train_unembed"]),
     )
-    dtype = next(host.model.parameters()).dtype
-    tensors = {k: v.to(device=host.device, dtype=dtype) for k, v in tensors.items()}
+    # Keep the saved dtype (LoRA weights stay float32 even on a bf16 base model).
+    tensors = {k: v.to(device=host.device) for k, v in tensors.items()}
     return AdapterSnapshot(
         spec, tensors, host.base_model, name=str(meta.get("name", ""))
     )

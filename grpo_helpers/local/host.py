@@ -364,9 +364,10 @@ def get_host(
     Every client of every local ServiceClient in this process shares it, so a
     notebook that connects twice does not hold two copies of the weights.
     """
-    from grpo_helpers.local.models import SMOLLM2, _is_smollm2
+    from grpo_helpers.local.models import SMOLLM2, _is_smollm2, default_dtype
 
     name = SMOLLM2 if _is_smollm2(base_model) else base_model
+    dtype = dtype or default_dtype(device)
     key = (name, str(device), str(dtype))
     with _hosts_lock:
         host = _hosts.get(key)
