@@ -278,10 +278,11 @@ def plot_accuracy_comparison(
         acc = df[m].to_numpy(dtype=float)
         err = np.vstack([acc - df[f"{m}_low"], df[f"{m}_high"] - acc])
         bars = ax.bar(x + j * width, acc, width, yerr=err, capsize=4, label=m)
-        for bar, value in zip(bars, acc, strict=True):
-            ax.annotate(
+        highs = df[f"{m}_high"].to_numpy(dtype=float)
+        for bar, value, high in zip(bars, acc, highs, strict=True):
+            ax.annotate(  # above the whisker, where the label cannot cross it
                 f"{value:.0%}",
-                (bar.get_x() + bar.get_width() / 2, value),
+                (bar.get_x() + bar.get_width() / 2, high),
                 ha="center",
                 va="bottom",
                 fontsize=8,
