@@ -10,7 +10,7 @@ End to end, on the local engine, in one process:
 5. print one final line: before / after exact accuracy with 95% Wilson intervals
    and the McNemar p-value (lenient accuracy too, so a format gain is visible).
 
-    python bench/cpu_grpo_demo.py                 # the measured settings (~30 min)
+    python bench/cpu_grpo_demo.py                 # the measured settings (~25 min)
     python bench/cpu_grpo_demo.py --steps 2 --eval-n 20   # a smoke run
 
 Every number printed is measured in this run; nothing is hard-coded.
@@ -39,17 +39,17 @@ def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--base-model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
     p.add_argument("--difficulty", type=int, default=1)
-    p.add_argument("--steps", type=int, default=40)
-    p.add_argument("--batch-size", type=int, default=4)
+    p.add_argument("--steps", type=int, default=24)
+    p.add_argument("--batch-size", type=int, default=2)
     p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=64)
-    p.add_argument("--temperature", type=float, default=1.0)
+    p.add_argument("--max-tokens", type=int, default=48)
+    p.add_argument("--temperature", type=float, default=0.8)
     p.add_argument("--learning-rate", type=float, default=2e-4)
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument("--reward", default="shaped", choices=("binary", "shaped"))
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--eval-n", type=int, default=200, help="held-out problems")
-    p.add_argument("--eval-max-tokens", type=int, default=64)
+    p.add_argument("--eval-max-tokens", type=int, default=48)
     p.add_argument("--run-dir", default="runs/cpu-grpo-demo")
     return p.parse_args()
 
