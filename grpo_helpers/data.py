@@ -355,15 +355,24 @@ def pick_batch(dataset: Dataset, step: int, batch_size: int, all_data: bool) -> 
         >>> list(pick_batch(rows, 2, 2, all_data=True)["question"])
         ['e']
     """
+    return dataset.select(batch_indices(len(dataset), step, batch_size, all_data))
+
+
+def batch_indices(size: int, step: int, batch_size: int, all_data: bool) -> list[int]:
+    """The row indices :func:`pick_batch` takes at ``step`` from ``size`` rows.
+
+    Example:
+        >>> batch_indices(5, 2, 2, all_data=False), batch_indices(5, 2, 2, True)
+        ([4, 0], [4])
+    """
     _check_int("step", step, 0)
     _check_int("batch_size", batch_size, 1)
-    size = len(dataset)
     if size == 0:
         raise ValueError("Cannot pick a batch from an empty dataset")
     start = step * batch_size
     if all_data:
         if start >= size:
-            n_steps = get_num_steps(dataset, 0, batch_size, True)
+            n_steps = (size + batch_size - 1) // batch_size
             raise ValueError(
                 f"step {step} is past one pass over {size} rows with batch_size "
                 f"{batch_size} (steps 0..{n_steps - 1})"
@@ -371,7 +380,7 @@ def pick_batch(dataset: Dataset, step: int, batch_size: int, all_data: bool) -> 
         indices = list(range(start, min(start + batch_size, size)))
     else:
         indices = [(start + offset) % size for offset in range(batch_size)]
-    return dataset.select(indices)
+    return indices
 
 
 # ---------------------------------------------------------------------------

@@ -27,6 +27,7 @@ Introduced in: 05_sync_training_loop.ipynb and 06_async_training_loop.ipynb
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import math
 import os
@@ -44,11 +45,11 @@ from tqdm.auto import tqdm
 from grpo_helpers.advantages import is_degenerate
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.data import (
+    batch_indices,
     extract_gsm8k_answer,
     get_num_steps,
     load_gsm8k,
     make_arithmetic_splits,
-    pick_batch,
 )
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.prompts import build_prompt
@@ -119,6 +120,11 @@ class PromptGroup:
     def rewards(self) -> list[float]:
         return [s.reward for s in self.samples]
 
+    @functools.cached_property
+    def exact(self) -> list[float]:
+        """1.0 where a completion's boxed answer is exactly right (binary grade)."""
+        return [grade_answer(s.text, self.ground_truth) for s in self.samples]
+
     @property
     def degenerate(self) -> bool:
         """All rewards equal: every advantage is zero, no learning signal."""
@@ -168,7 +174,7 @@ def step_metrics(
     """
     samples = [s for g in groups for s in g.samples]
     lengths = [len(s.tokens) for s in samples]
-    exact = [grade_answer(s.text, g.ground_truth) for g in groups for s in g.samples]
+    exact = [e for g in groups for e in g.exact]
     skipped = sum(g.degenerate for g in groups)
     hit_max = sum(n >= max_tokens for n in lengths)
     return {
@@ -358,10 +364,12 @@ def sample_records(step: int, groups: list[PromptGroup]) -> list[dict[str, Any]]
             "reward": sample.reward,
             "advantage": sample.advantage,
             "num_tokens": len(sample.tokens),
-            "exact": grade_answer(sample.text, group.ground_truth),
+            "exact": exact,
         }
         for group in groups
-        for i, sample in enumerate(group.samples)
+        for i, (sample, exact) in enumerate(
+            zip(group.samples, group.exact, strict=True)
+        )
     ]
 
 
@@ -438,14 +446,11 @@ class _Run:
 
     def batch(self, step: int) -> list[tuple[int, dict[str, Any], list[int], str]]:
         """(row index, row, prompt tokens, gold answer) for the step's prompts."""
-        start = step * self.config.batch_size
-        rows = pick_batch(
-            self.train_data, step, self.config.batch_size, self.config.all_data
+        indices = batch_indices(
+            len(self.train_data), step, self.config.batch_size, self.config.all_data
         )
-        n = len(self.train_data)
         out = []
-        for offset, row in enumerate(rows):
-            index = start + offset if self.config.all_data else (start + offset) % n
+        for index, row in zip(indices, self.train_data.select(indices), strict=True):
             tokens = build_prompt(self.tokenizer, row["question"])
             out.append((index, row, tokens, extract_gsm8k_answer(row["answer"])))
         return out
