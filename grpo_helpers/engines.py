@@ -33,6 +33,8 @@ LOCAL_ONLY_OPTIONS = (
     "train_tokens_per_batch",
     "max_sampling_rows",
     "batch_window_s",
+    "shared_prefix",
+    "merged_sampler",
 )
 LOGIN_HINT = (
     "To use PyTRIO, run `trio login` (or set PYTRIO_API_KEY) on a machine with "

@@ -50,7 +50,7 @@ def test_stop_lists():
 
 
 def test_preallocated_cache_layer_equals_concatenation():
-    from grpo_helpers.local.sampling import PreallocatedLayer
+    from grpo_helpers.local.decoder import PreallocatedLayer
 
     layer = PreallocatedLayer(capacity=3)
     chunks = [torch.randn(4, 2, n, 5) for n in (2, 1, 3)]  # the last one must grow

@@ -3,8 +3,8 @@
 PyTRIO answers ``save_weights_for_sampler`` and ``save_state`` with a URI
 (``trio://...``) that only its servers can open. The local engine answers with
 
-    ``local://<absolute run_dir>/weights/<name>``   sampler weights (LoRA only)
-    ``local://<absolute run_dir>/state/<name>``     weights + Adam state, for resuming
+    ``local://<absolute run_dir>/<run id>/weights/<name>``   sampler weights (LoRA)
+    ``local://<absolute run_dir>/<run id>/state/<name>``     weights + Adam state
 
 and any process on the same machine can reopen them:
 ``connect("local").create_sampling_client(base_model, model_path=uri)`` or
@@ -104,7 +104,7 @@ def save_checkpoint(
     """Write a checkpoint directory atomically.
 
     Args:
-        directory: final location (``<run_dir>/weights/<name>``...).
+        directory: final location (``<run_dir>/<run id>/weights/<name>``...).
         tensors: LoRA tensors by adapter-independent name.
         meta: JSON-able facts: base_model, rank, train_* flags, seed, kind, step.
         peft_config: the adapter's ``peft.LoraConfig`` (saved as adapter_config.json).

@@ -70,7 +70,7 @@ from pytrio.types import (
 )
 
 from grpo_helpers.config import SETTINGS
-from grpo_helpers.local import checkpoints, losses
+from grpo_helpers.local import checkpoints, losses, prefix
 from grpo_helpers.local.host import AdapterSnapshot, LoraSpec, ModelHost, get_host
 from grpo_helpers.local.models import SMOLLM2, TINY_RANDOM, _is_smollm2, default_device
 from grpo_helpers.local.sampling import GenerationRequest
@@ -121,8 +121,8 @@ class LocalServiceClient:
 
     Args:
         run_dir: where ``save_weights_for_sampler`` / ``save_state`` write
-            (``<run_dir>/weights/<name>``, ``<run_dir>/state/<name>``); default
-            ``runs/local-engine`` in the project.
+            (``<run_dir>/<training_run_cuid>/weights/<name>``, ``.../state/<name>``);
+            default ``runs/local-engine`` in the project.
         device: ``"cpu"``, ``"cuda"``...; default CUDA when available.
         dtype: torch dtype; default bf16 on GPU, fp32 on CPU.
         train_tokens_per_batch: token budget of one training micro-batch (padded
@@ -131,6 +131,13 @@ class LocalServiceClient:
             (8 x 350 tokens) then peaks near 4 GB of RAM instead of about 8 GB.
         max_sampling_rows: most completions decoded together in one batch.
         batch_window_s: how long the sampler waits to merge concurrent requests.
+        shared_prefix: in ``forward`` / ``forward_backward``, compute a prefix
+            that several Datums share (a GRPO group's prompt) once. False runs
+            every Datum on its own: the same numbers, several times slower; kept
+            for comparisons (``bench/step_time.py``) and tests.
+        merged_sampler: sample with the LoRA adapter merged into a copy of the
+            weights (``grpo_helpers.local.decoder``; Llama-style models). False
+            runs the adapter unmerged through peft: the same distribution, slower.
     """
 
     def __init__(
@@ -141,6 +148,8 @@ class LocalServiceClient:
         train_tokens_per_batch: int | None = None,
         max_sampling_rows: int = 64,
         batch_window_s: float = 0.005,
+        shared_prefix: bool = True,
+        merged_sampler: bool = True,
     ) -> None:
         self.run_dir = Path(run_dir or default_run_dir()).expanduser().resolve()
         self.device = str(device or default_device())
@@ -149,6 +158,8 @@ class LocalServiceClient:
         self.train_tokens_per_batch = int(
             train_tokens_per_batch or (8192 if on_gpu else 1024)
         )
+        self.shared_prefix = bool(shared_prefix)
+        self.merged_sampler = bool(merged_sampler)
         self._host_options = {
             "max_sampling_rows": max_sampling_rows,
             "batch_window_s": batch_window_s,
@@ -276,7 +287,7 @@ class LocalServiceClient:
         snapshot = None
         if model_path is not None:
             snapshot = _load_snapshot(host, model_path)
-        return LocalSamplingClient(host, snapshot, model_path)
+        return LocalSamplingClient(host, snapshot, model_path, self.merged_sampler)
 
     async def create_sampling_client_async(
         self,
@@ -362,6 +373,52 @@ class _ForwardJob:
     token_count: int
     auto_shift: bool
     config: dict[str, object] | None
+
+
+@dataclass
+class _Row:
+    """One sample as tensors: input ids [n], targets [n] (-100: none) and the
+    loss values [3, n] (cross-entropy weights, sampler logprobs, advantages)."""
+
+    ids: torch.Tensor
+    targets: torch.Tensor
+    values: torch.Tensor
+
+
+def _pack(order: list[int], lengths: list[int], budget: int) -> list[list[int]]:
+    """Cut ``order`` (sorted by length, ``lengths`` alike) into batches of at most
+    ``budget`` padded tokens (a longer item gets a batch of its own)."""
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i, length in zip(order, lengths, strict=True):
+        if current and (len(current) + 1) * length > budget:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def _pad(t: torch.Tensor, width: int, value: float) -> torch.Tensor:
+    """Right-pad the last dimension of ``t`` to ``width`` with ``value``."""
+    return F.pad(t, (0, width - t.shape[-1]), value=value)
+
+
+def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``log p(targets)`` at each position ([B, W]); -100 targets read token 0."""
+    size, width, vocab = logits.shape
+    return -F.cross_entropy(
+        logits.float().reshape(-1, vocab),
+        targets.clamp(min=0).reshape(-1),
+        reduction="none",
+    ).reshape(size, width)
+
+
+def _new_cache(model: Any) -> Any:
+    from transformers import DynamicCache
+
+    return DynamicCache(config=model.config)
 
 
 class LocalTrainingClient:
@@ -459,85 +516,87 @@ class LocalTrainingClient:
         ``train_tokens_per_batch`` padded tokens."""
         budget = self._service.train_tokens_per_batch
         order = sorted(range(len(samples)), key=lambda i: samples[i].input_length)
-        batches: list[list[int]] = []
-        current: list[int] = []
-        for i in order:
-            length = samples[i].input_length
-            if current and (len(current) + 1) * length > budget:
-                batches.append(current)
-                current = []
-            current.append(i)
-        if current:
-            batches.append(current)
-        return batches
+        return _pack(order, [samples[i].input_length for i in order], budget)
+
+    def _rows(self, job: _ForwardJob) -> list[_Row]:
+        """Each sample's input ids, targets (-100: none) and loss values, shifted
+        when ``auto_shift`` so that position t predicts ``targets[t]``."""
+        policy = job.loss != "cross_entropy"
+        rows = []
+        for s in job.samples:
+            n = s.input_length
+            ids = torch.tensor(s.model_input.to_ints(), dtype=torch.long)
+            targets = torch.full((n,), -100, dtype=torch.long)
+            values = torch.zeros((3, n), dtype=torch.float32)  # weights / old / adv
+            tgt = torch.tensor(s.target_tokens, dtype=torch.long)
+            vals = torch.tensor(
+                [s.logprobs, s.advantages] if policy else [s.weights],
+                dtype=torch.float32,
+            )
+            if job.auto_shift:  # position t predicts target t + 1
+                tgt, vals = tgt[1:], vals[:, 1:]
+            targets[: len(tgt)] = tgt
+            if policy:
+                values[1:, : vals.shape[1]] = vals
+            else:
+                values[0, : vals.shape[1]] = vals[0]
+            rows.append(_Row(ids, targets, values))
+        return rows
+
+    def _token_loss_sum(
+        self, job: _ForwardJob, logprobs: torch.Tensor, row_data: list[_Row], cut
+    ) -> torch.Tensor:
+        """Sum of the per-token losses at the positions of ``logprobs`` ([B, W]).
+
+        ``cut(row)`` gives the ``[W]``-padded (targets, values) of each row for
+        these positions; padding has target -100 and counts for nothing.
+        """
+        pieces = [cut(r) for r in row_data]
+        targets = torch.stack([t for t, _ in pieces])
+        values = torch.stack([v for _, v in pieces])
+        targets = targets.to(logprobs.device)
+        values = values.to(logprobs.device).transpose(0, 1)  # [3, B, W]
+        policy = job.loss != "cross_entropy"
+        per_token = losses.token_loss(
+            job.loss,
+            logprobs,
+            old=values[1] if policy else None,
+            advantages=values[2] if policy else None,
+            weights=None if policy else values[0],
+            config=job.config,
+        )
+        return torch.where(targets != -100, per_token, 0.0).sum()
 
     def _run_forward(self, job: _ForwardJob, backward: bool) -> ForwardBackwardOutput:
         """Compute target logprobs and the loss; backpropagate it when asked.
 
+        Datums that share a prefix (a GRPO group: one prompt, many completions)
+        compute it once (:meth:`_forward_shared`); the rest run in padded
+        micro-batches (:meth:`_forward_plain`). Both give the same numbers.
         Gradients add up in the adapter's ``.grad`` across micro-batches and across
         ``forward_backward`` calls until ``optim_step`` uses and clears them.
         """
-        host, device = self._host, self._host.device
-        policy = job.loss != "cross_entropy"
-        outputs: list[dict[str, TensorData] | None] = [None] * len(job.samples)
+        rows = self._rows(job)
+        lp: list[torch.Tensor | None] = [None] * len(rows)
+        if self._service.shared_prefix:
+            plan = prefix.plan_shared_prefixes([r.ids.tolist() for r in rows])
+        else:
+            plan = [prefix.PrefixGroup(0, [i]) for i in range(len(rows))]
         loss_sum = 0.0
-        for batch in self._micro_batches(job.samples):
-            size = len(batch)
-            width = max(job.samples[i].input_length for i in batch)
-            ids = torch.full((size, width), host.pad_token_id, dtype=torch.long)
-            attn = torch.zeros((size, width), dtype=torch.long)
-            targets = torch.full((size, width), -100, dtype=torch.long)
-            extra = torch.zeros((3, size, width), dtype=torch.float32)  # w / old / adv
-            for row, i in enumerate(batch):
-                s = job.samples[i]
-                n = s.input_length
-                ids[row, :n] = torch.tensor(s.model_input.to_ints())
-                attn[row, :n] = 1
-                values = [s.logprobs, s.advantages] if policy else [s.weights]
-                tgt = torch.tensor(s.target_tokens, dtype=torch.long)
-                vals = torch.tensor(values, dtype=torch.float32)
-                if job.auto_shift:  # position t predicts target t + 1
-                    tgt, vals = tgt[1:], vals[:, 1:]
-                targets[row, : len(tgt)] = tgt
-                if policy:
-                    extra[1:, row, : vals.shape[1]] = vals
-                else:
-                    extra[0, row, : vals.shape[1]] = vals[0]
-            ids, attn, targets, extra = (
-                t.to(device) for t in (ids, attn, targets, extra)
-            )
-            mask = targets != -100
-            with host.lock:
-                host.activate(self._adapter, trainable=backward)
-                with torch.set_grad_enabled(backward):
-                    logits = host.model(input_ids=ids, attention_mask=attn).logits
-                    logits = logits.float()
-                    vocab = logits.shape[-1]
-                    logprobs = -F.cross_entropy(
-                        logits.reshape(-1, vocab),
-                        targets.clamp(min=0).reshape(-1),
-                        reduction="none",
-                    ).reshape(size, width)
-                    del logits
-                    per_token = losses.token_loss(
-                        job.loss,
-                        logprobs,
-                        old=extra[1] if policy else None,
-                        advantages=extra[2] if policy else None,
-                        weights=None if policy else extra[0],
-                        config=job.config,
-                    )
-                    loss = torch.where(mask, per_token, 0.0).sum()
-                    if backward:
-                        loss.backward()
-            loss_sum += float(loss.detach())
-            lp = torch.where(mask, logprobs.detach(), 0.0).float().cpu()
-            for row, i in enumerate(batch):
-                n = job.samples[i].input_length
-                values = lp[row, :n]
-                if job.auto_shift:
-                    values = torch.cat([values.new_zeros(1), values[: n - 1]])
-                outputs[i] = {"logprobs": TensorData.from_torch(values.contiguous())}
+        for group in plan:
+            if group.shared:
+                loss_sum += self._forward_shared(job, rows, group, backward, lp)
+        plain = [i for g in plan if not g.shared for i in g.members]
+        plain.sort(key=lambda i: len(rows[i].ids))
+        budget = self._service.train_tokens_per_batch
+        for batch in _pack(plain, [len(rows[i].ids) for i in plain], budget):
+            loss_sum += self._forward_plain(job, rows, batch, backward, lp)
+        outputs = []
+        for values in lp:
+            assert values is not None
+            if job.auto_shift:
+                values = torch.cat([values.new_zeros(1), values[:-1]])
+            outputs.append({"logprobs": TensorData.from_torch(values.contiguous())})
         count = job.token_count
         return ForwardBackwardOutput(
             loss_fn_outputs=outputs,  # type: ignore[arg-type]
@@ -547,6 +606,188 @@ class LocalTrainingClient:
                 "token_count": float(count),
             },
             debug={},
+        )
+
+    def _forward_plain(
+        self,
+        job: _ForwardJob,
+        rows: list[_Row],
+        batch: list[int],
+        backward: bool,
+        lp: list[torch.Tensor | None],
+    ) -> float:
+        """One right-padded micro-batch of whole Datums."""
+        host, device = self._host, self._host.device
+        size = len(batch)
+        width = max(len(rows[i].ids) for i in batch)
+        ids = torch.full((size, width), host.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((size, width), dtype=torch.long)
+        for b, i in enumerate(batch):
+            n = len(rows[i].ids)
+            ids[b, :n] = rows[i].ids
+            attn[b, :n] = 1
+        ids, attn = ids.to(device), attn.to(device)
+        selected = [rows[i] for i in batch]
+        targets = torch.stack([_pad(r.targets, width, -100) for r in selected])
+        with host.lock:
+            host.activate(self._adapter, trainable=backward)
+            with torch.set_grad_enabled(backward):
+                logits = host.model(input_ids=ids, attention_mask=attn).logits
+                logprobs = _target_logprobs(logits, targets.to(device))
+                del logits
+                loss = self._token_loss_sum(
+                    job,
+                    logprobs,
+                    selected,
+                    lambda r: (_pad(r.targets, width, -100), _pad(r.values, width, 0)),
+                )
+                if backward:
+                    loss.backward()
+        values = logprobs.detach().float().cpu()
+        for b, i in enumerate(batch):
+            n = len(rows[i].ids)
+            lp[i] = torch.where(rows[i].targets != -100, values[b, :n], 0.0)
+        return float(loss.detach())
+
+    def _forward_shared(
+        self,
+        job: _ForwardJob,
+        rows: list[_Row],
+        group: prefix.PrefixGroup,
+        backward: bool,
+        lp: list[torch.Tensor | None],
+    ) -> float:
+        """Datums sharing their first ``p`` tokens: the prefix runs once.
+
+        1. The prefix ``[1, p]`` runs with a KV cache; its logits give every
+           member's logprobs at positions ``0 .. p-1`` (one log-softmax, one gather
+           per member, since each member may target different tokens there).
+        2. The members' suffixes run in right-padded chunks on top of the prefix's
+           keys and values, *expanded* (not copied) to the chunk's batch size. For
+           backward, those keys and values enter each chunk as detached leaves: a
+           chunk's backward leaves their gradient in ``.grad`` and the adapter's.
+        3. One backward through the prefix with the summed key/value gradients and
+           the prefix positions' own loss: the prefix's gradient flows once.
+
+        Mathematically this is the plain forward; the tests compare the two.
+        """
+        host, device = self._host, self._host.device
+        p = group.prefix_len
+        members = [rows[i] for i in group.members]
+        total = 0.0
+        with host.lock:
+            host.activate(self._adapter, trainable=backward)
+            with torch.set_grad_enabled(backward):
+                cache = _new_cache(host.model)
+                out = host.model(
+                    input_ids=members[0].ids[:p][None].to(device),
+                    cache=cache,
+                    use_cache=True,
+                )
+                prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
+                logits = out.logits[0].float()
+                del out, cache
+                # A position whose advantage (or weight) is 0 sends no gradient
+                # back: when that holds for the whole prefix (GRPO's prompt), the
+                # backward skips its output layer and log-softmax.
+                column = 2 if job.loss != "cross_entropy" else 0
+                if not any(bool(r.values[column, :p].any()) for r in members):
+                    logits = logits.detach()
+                logp = torch.log_softmax(logits, dim=-1)  # [p, V]
+                del logits
+                tgt = torch.stack([r.targets[:p] for r in members]).to(device)
+                prefix_lp = logp[torch.arange(p, device=device)[None], tgt.clamp(0)]
+                prefix_loss = self._token_loss_sum(
+                    job, prefix_lp, members, lambda r: (r.targets[:p], r.values[:, :p])
+                )
+                del logp
+                leaves = [
+                    (
+                        k.detach().requires_grad_(backward),
+                        v.detach().requires_grad_(backward),
+                    )
+                    for k, v in prefix_kv
+                ]
+                if not backward:
+                    del prefix_kv
+                suffix_lp: dict[int, torch.Tensor] = {}
+                chunks = prefix.plan_chunks(
+                    [len(r.ids) - p for r in members],
+                    self._service.train_tokens_per_batch,
+                )
+                for chunk in chunks:
+                    loss = self._suffix_chunk(job, members, chunk, p, leaves, suffix_lp)
+                    if backward:
+                        loss.backward()
+                    total += float(loss.detach())
+                if backward:
+                    outputs, grads = [], []
+                    if prefix_loss.requires_grad:
+                        outputs.append(prefix_loss)
+                        grads.append(torch.ones_like(prefix_loss))
+                    for (k, v), (k_leaf, v_leaf) in zip(prefix_kv, leaves, strict=True):
+                        for t, leaf in ((k, k_leaf), (v, v_leaf)):
+                            if leaf.grad is not None:
+                                outputs.append(t)
+                                grads.append(leaf.grad)
+                    if outputs:
+                        torch.autograd.backward(outputs, grads)
+                total += float(prefix_loss.detach())
+        head = prefix_lp.detach().float().cpu()
+        for m, i in enumerate(group.members):
+            r = rows[i]
+            values = torch.cat([head[m], suffix_lp[m]])
+            lp[i] = torch.where(r.targets != -100, values, 0.0)
+        return total
+
+    def _suffix_chunk(
+        self,
+        job: _ForwardJob,
+        members: list[_Row],
+        chunk: list[int],
+        p: int,
+        leaves: list[tuple[torch.Tensor, torch.Tensor]],
+        suffix_lp: dict[int, torch.Tensor],
+    ) -> torch.Tensor:
+        """The loss of one chunk of suffixes, run on the prefix's keys and values."""
+        host, device = self._host, self._host.device
+        size = len(chunk)
+        width = max(len(members[m].ids) - p for m in chunk)
+        ids = torch.full((size, width), host.pad_token_id, dtype=torch.long)
+        attn = torch.zeros((size, p + width), dtype=torch.long)
+        attn[:, :p] = 1
+        for b, m in enumerate(chunk):
+            s = members[m].ids[p:]
+            ids[b, : len(s)] = s
+            attn[b, p : p + len(s)] = 1
+        positions = torch.arange(p, p + width)[None].expand(size, width)
+        cache = _new_cache(host.model)
+        for layer, (k, v) in zip(cache.layers, leaves, strict=True):
+            layer.lazy_initialization(k, v)
+            layer.keys = k.expand(size, -1, -1, -1)
+            layer.values = v.expand(size, -1, -1, -1)
+        logits = host.model(
+            input_ids=ids.to(device),
+            attention_mask=attn.to(device),
+            position_ids=positions.to(device),
+            cache=cache,
+            use_cache=True,
+        ).logits
+        selected = [members[m] for m in chunk]
+        targets = torch.stack([_pad(r.targets[p:], width, -100) for r in selected])
+        logprobs = _target_logprobs(logits, targets.to(device))
+        del logits
+        values = logprobs.detach().float().cpu()
+        for b, m in enumerate(chunk):
+            suffix_lp[m] = values[b, : len(members[m].ids) - p]
+        return self._token_loss_sum(
+            job,
+            logprobs,
+            selected,
+            lambda r: (
+                _pad(r.targets[p:], width, -100),
+                _pad(r.values[:, p:], width, 0),
+            ),
         )
 
     def forward(
@@ -625,9 +866,14 @@ class LocalTrainingClient:
         ``loss_fn(data, logprobs[, loss_fn_config])`` returns ``(loss, metrics)``;
         the gradient ``g = d loss / d logprobs`` becomes a cross-entropy step with
         ``weights = -g``, which has exactly the same parameter gradient.
+
+        The call waits for the forward pass and runs ``loss_fn`` in the caller's
+        thread, as PyTRIO does: an error in ``loss_fn`` is raised here, and only
+        the backward pass is left in the returned future.
         """
         job = self._prepare(data, "cross_entropy", None, False)
-        return self._submit(self._run_custom, data, job, loss_fn, loss_fn_config)
+        forward = self._submit(self._run_forward, job, False).result()
+        return self._submit_custom_backward(data, forward, loss_fn, loss_fn_config)
 
     async def forward_backward_custom_async(
         self,
@@ -635,19 +881,23 @@ class LocalTrainingClient:
         loss_fn: Callable[..., tuple[torch.Tensor, dict[str, float]]],
         loss_fn_config: dict[str, object] | None = None,
     ) -> APIFuture[ForwardBackwardOutput]:
-        """Submit :meth:`forward_backward_custom`; await the returned future."""
-        return self.forward_backward_custom(data, loss_fn, loss_fn_config)
+        """:meth:`forward_backward_custom` without blocking the event loop: the
+        first await runs the forward pass and ``loss_fn``; await the returned
+        future for the backward pass."""
+        job = self._prepare(data, "cross_entropy", None, False)
+        forward = await self._submit(self._run_forward, job, False)
+        return self._submit_custom_backward(data, forward, loss_fn, loss_fn_config)
 
-    def _run_custom(
+    def _submit_custom_backward(
         self,
         data: list[Datum],
-        job: _ForwardJob,
+        forward: ForwardBackwardOutput,
         loss_fn: Callable[..., Any],
         loss_fn_config: dict[str, object] | None,
-    ) -> ForwardBackwardOutput:
+    ) -> APIFuture[ForwardBackwardOutput]:
+        """Run ``loss_fn`` on the forward logprobs here; queue the linear backward."""
         from pytrio.client.training import _invoke_custom_loss
 
-        forward = self._run_forward(job, backward=False)
         logprobs = [
             torch.tensor(out["logprobs"].data, dtype=torch.float32).requires_grad_(True)
             for out in forward.loss_fn_outputs
@@ -673,12 +923,12 @@ class LocalTrainingClient:
                     },
                 )
             )
-        out = self._run_forward(
-            self._prepare(linear, "cross_entropy", None, False), True
-        )
-        return ForwardBackwardOutput(
-            loss_fn_outputs=out.loss_fn_outputs,
-            metrics={**out.metrics, **custom_metrics},
+        job = self._prepare(linear, "cross_entropy", None, False)
+        return self._submit(self._run_forward, job, True).map(
+            lambda out: ForwardBackwardOutput(
+                loss_fn_outputs=out.loss_fn_outputs,
+                metrics={**out.metrics, **custom_metrics},
+            )
         )
 
     # ---------------------------------------------------------------- optimiser
@@ -745,9 +995,15 @@ class LocalTrainingClient:
             "step": self.step,
         }
 
-    def _run_save(self, name: str, kind: str, overwrite: bool) -> tuple[str, int]:
+    def _checkpoint_dir(self, name: str, kind: str) -> Path:
+        """``<run_dir>/<training_run_cuid>/{weights,state}/<name>``: names are
+        scoped per training client, as PyTRIO scopes them per training run, so two
+        clients may both save ``"step-10"``."""
         folder = "state" if kind == "state" else "weights"
-        directory = self._service.run_dir / folder / name
+        return self._service.run_dir / self.training_run_cuid / folder / name
+
+    def _run_save(self, name: str, kind: str, overwrite: bool) -> tuple[str, int]:
+        directory = self._checkpoint_dir(name, kind)
         snap = self._host.snapshot(self._adapter)
         size = checkpoints.save_checkpoint(
             directory,
@@ -762,7 +1018,7 @@ class LocalTrainingClient:
     def save_state(
         self, name: str, ttl_seconds: int | None = None, overwrite: bool = False
     ) -> APIFuture[SaveWeightsResponse]:
-        """Save adapter + AdamW state to ``local://<run_dir>/state/<name>``.
+        """Save adapter + AdamW state to ``local://<run_dir>/<run id>/state/<name>``.
 
         ``ttl_seconds`` is accepted and ignored (local files do not expire).
         """
@@ -780,7 +1036,7 @@ class LocalTrainingClient:
     def save_weights_for_sampler(
         self, name: str, ttl_seconds: int | None = None
     ) -> APIFuture[SaveWeightsForSamplerResponse]:
-        """Save the adapter to ``local://<run_dir>/weights/<name>`` for samplers.
+        """Save the adapter to ``local://<run_dir>/<run id>/weights/<name>``.
 
         Open it later, in any process, with
         ``create_sampling_client(base_model, model_path=response.path)``.
@@ -865,7 +1121,10 @@ class LocalTrainingClient:
     def create_sampling_client(self, model_path: str) -> LocalSamplingClient:
         """A sampler for saved weights of this base model (``local://`` URI)."""
         return LocalSamplingClient(
-            self._host, _load_snapshot(self._host, model_path), model_path
+            self._host,
+            _load_snapshot(self._host, model_path),
+            model_path,
+            self._service.merged_sampler,
         )
 
     async def create_sampling_client_async(
@@ -888,12 +1147,16 @@ class LocalTrainingClient:
         this sampler.
         """
         snapshot = self._submit(self._snapshot_job).result()
-        return LocalSamplingClient(self._host, snapshot, None)
+        return LocalSamplingClient(
+            self._host, snapshot, None, self._service.merged_sampler
+        )
 
     async def save_weights_and_get_sampling_client_async(self) -> LocalSamplingClient:
         """Async twin of :meth:`save_weights_and_get_sampling_client`."""
         snapshot = await self._submit(self._snapshot_job)
-        return LocalSamplingClient(self._host, snapshot, None)
+        return LocalSamplingClient(
+            self._host, snapshot, None, self._service.merged_sampler
+        )
 
 
 # ============================================================ sampling
@@ -910,10 +1173,15 @@ class LocalSamplingClient:
     """
 
     def __init__(
-        self, host: ModelHost, snapshot: AdapterSnapshot | None, model_path: str | None
+        self,
+        host: ModelHost,
+        snapshot: AdapterSnapshot | None,
+        model_path: str | None,
+        merged: bool = True,
     ) -> None:
         self._host = host
         self._snapshot = snapshot
+        self._merged = merged
         self.sampling_run_cuid = f"local-sampling-{uuid.uuid4().hex[:12]}"
         self.model_id = host.base_model
         self.model_path = model_path
@@ -988,6 +1256,7 @@ class LocalSamplingClient:
             topk_prompt_logprobs=topk_prompt_logprobs,
             return_text=return_text,
             weights_key=self._snapshot,
+            merged=self._merged,
             future=Future(),
         )
 

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from grpo_helpers.local.decoder import Decoder, HFDecoder, MergedLlamaDecoder
 from grpo_helpers.local.models import load_model
 from grpo_helpers.local.sampling import GenerationRequest, generate
 
@@ -100,7 +101,7 @@ def linear_groups(model: Any) -> dict[str, set[str]]:
     return groups
 
 
-@dataclass
+@dataclass(eq=False)
 class AdapterSnapshot:
     """A frozen copy of LoRA weights: what a sampling client samples from.
 
@@ -152,6 +153,7 @@ class ModelHost:
         self._slot_holds: dict[str, str] = {}
         self._specs: dict[str, LoraSpec] = {}
         self._retired: list[str] = []
+        self._merged: MergedLlamaDecoder | None = None
         eos = self.model.generation_config.eos_token_id
         eos_ids = set(eos if isinstance(eos, list) else [eos]) - {None}
         if self.tokenizer.eos_token_id is not None:
@@ -202,8 +204,13 @@ class ModelHost:
     def retire(self, name: str) -> None:
         """Mark adapter ``name`` for deletion (a training client was garbage
         collected). Safe from any thread: the deletion happens at the next
-        :meth:`activate`, under the lock."""
+        :meth:`activate` or :meth:`using`, under the lock."""
         self._retired.append(name)
+
+    def _reap(self) -> None:
+        """Delete the adapters of retired training clients (lock held)."""
+        while self._retired:
+            self.delete_adapter(self._retired.pop())
 
     def parameters(self, name: str) -> dict[str, torch.nn.Parameter]:
         """The adapter's LoRA parameters by adapter-independent name."""
@@ -215,8 +222,7 @@ class ModelHost:
         Call with :attr:`lock` held. Only the active adapter's parameters get
         ``requires_grad``, and only when ``trainable``.
         """
-        while self._retired:
-            self.delete_adapter(self._retired.pop())
+        self._reap()
         if self.peft is None:
             if name is not None:
                 raise KeyError(name)
@@ -256,13 +262,25 @@ class ModelHost:
         return self._specs[name]
 
     @contextlib.contextmanager
-    def using(self, snapshot: AdapterSnapshot | None) -> Iterator[Any]:
-        """Hold the lock with ``snapshot``'s weights active (None: base model).
+    def using(
+        self, snapshot: AdapterSnapshot | None, merged: bool = True
+    ) -> Iterator[Decoder]:
+        """Hold the lock and yield a decoder that samples from ``snapshot``'s
+        weights (None: the base model).
 
-        The snapshot is copied into a sampler slot adapter of the same shape, unless
-        the slot already holds it.
+        ``merged=True`` (and a Llama-style model): the one
+        :class:`~grpo_helpers.local.decoder.MergedLlamaDecoder` of this host, with
+        the snapshot merged into its weight buffers unless they already hold it.
+        Otherwise the snapshot is copied into a peft *sampler slot* adapter of the
+        same shape and the ``transformers`` model runs with it (the plain path).
         """
         with self.lock:
+            self._reap()
+            if merged and self._merged_decoder() is not None:
+                decoder = self._merged_decoder()
+                decoder.load(snapshot)
+                yield decoder
+                return
             if snapshot is None:
                 self.activate(None)
             else:
@@ -275,7 +293,13 @@ class ModelHost:
                     self.load_tensors(slot, snapshot.tensors)
                     self._slot_holds[slot] = snapshot.id
                 self.activate(slot)
-            yield self.model
+            yield HFDecoder(self.model)
+
+    def _merged_decoder(self) -> MergedLlamaDecoder | None:
+        """The merged-weights decoder, built on first use (None: unsupported)."""
+        if self._merged is None and MergedLlamaDecoder.supports(self.model):
+            self._merged = MergedLlamaDecoder(self.model)
+        return self._merged
 
 
 class SamplingScheduler:
@@ -321,7 +345,8 @@ class SamplingScheduler:
             rows = 0
             for req in self._pending:
                 fits = not batch or rows + req.rows <= self.max_rows
-                if req.weights_key is head.weights_key and fits:
+                same = req.weights_key is head.weights_key and req.merged == head.merged
+                if same and fits:
                     batch.append(req)
                     rows += req.rows
                 else:
@@ -335,9 +360,9 @@ class SamplingScheduler:
             if not batch:
                 continue
             try:
-                with self.host.using(batch[0].weights_key) as model:
+                with self.host.using(batch[0].weights_key, batch[0].merged) as decoder:
                     responses = generate(
-                        model,
+                        decoder,
                         self.host.tokenizer,
                         batch,
                         self.host.eos_token_ids,

@@ -35,7 +35,8 @@ from typing import Any
 
 import torch
 from pytrio.types import SampleResponse, SampleSequence, SamplingParams
-from transformers.cache_utils import DynamicLayer
+
+from grpo_helpers.local.decoder import Decoder
 
 
 @dataclass
@@ -52,6 +53,8 @@ class GenerationRequest:
         return_text: decode each completion.
         weights_key: which weights to sample from; only requests with the same key
             share a batch.
+        merged: sample with the merged-weights decoder (False: the adapter runs
+            unmerged, through ``transformers`` and peft).
         future: resolved with the ``SampleResponse``.
     """
 
@@ -62,6 +65,7 @@ class GenerationRequest:
     topk_prompt_logprobs: int = 0
     return_text: bool = True
     weights_key: Any = None
+    merged: bool = True
     future: Future = field(default_factory=Future)
 
     @property
@@ -153,66 +157,6 @@ def draw(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     ]
 
 
-def _kv_cache(model: Any, capacity: int) -> Any:
-    """A ``DynamicCache`` whose layers write into preallocated buffers.
-
-    The stock ``DynamicLayer`` grows by ``torch.cat`` at every step, copying the
-    whole cache each time (about 6% of the step time at 400 tokens on a CPU).
-    """
-    from transformers import DynamicCache
-
-    cache = DynamicCache(config=model.config)
-    if cache.layers and all(type(layer) is DynamicLayer for layer in cache.layers):
-        cache.layers = [PreallocatedLayer(capacity) for _ in cache.layers]
-    return cache
-
-
-class PreallocatedLayer(DynamicLayer):
-    """One layer's keys and values in ``[B, H, capacity, D]`` buffers, filled in place.
-
-    ``keys`` / ``values`` are views of the filled part, as ``DynamicLayer`` exposes.
-    """
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-        self.length = 0
-
-    def update(
-        self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if not self.is_initialized:
-            self.device = key_states.device
-            b, h, n, d = key_states.shape
-            self._k = key_states.new_empty((b, h, max(self.capacity, n), d))
-            self._v = value_states.new_empty(
-                (b, h, max(self.capacity, n), value_states.shape[-1])
-            )
-            self.is_initialized = True
-        end = self.length + key_states.shape[-2]
-        if end > self._k.shape[2]:  # only when the capacity was too small
-            extra = max(end, 2 * self._k.shape[2]) - self._k.shape[2]
-            self._k = torch.cat([self._k, self._k.new_empty(_grown(self._k, extra))], 2)
-            self._v = torch.cat([self._v, self._v.new_empty(_grown(self._v, extra))], 2)
-        self._k[:, :, self.length : end] = key_states
-        self._v[:, :, self.length : end] = value_states
-        self.length = end
-        self.keys = self._k[:, :, :end]
-        self.values = self._v[:, :, :end]
-        return self.keys, self.values
-
-    def batch_select_indices(self, indices: torch.Tensor) -> None:
-        if self.is_initialized:
-            self._k = self._k.index_select(0, indices)
-            self._v = self._v.index_select(0, indices)
-            self.keys = self._k[:, :, : self.length]
-            self.values = self._v[:, :, : self.length]
-
-
-def _grown(t: torch.Tensor, extra: int) -> tuple[int, ...]:
-    return (t.shape[0], t.shape[1], extra, t.shape[3])
-
-
 class _Row:
     """One completion being decoded."""
 
@@ -244,7 +188,7 @@ def _prompt_logprobs(
 
 @torch.no_grad()
 def generate(
-    model: Any,
+    decoder: Decoder,
     tokenizer: Any,
     requests: list[GenerationRequest],
     eos_token_ids: set[int],
@@ -253,9 +197,10 @@ def generate(
     """Sample every request of a batch in one KV-cached decoding loop.
 
     Args:
-        model: a ``transformers`` causal LM (with the wanted LoRA adapter active).
+        decoder: runs the model (``grpo_helpers.local.decoder``: the merged fast
+            path or a ``transformers`` model with its adapter active).
         tokenizer: decodes completions and checks stop strings.
-        requests: requests that share ``model``'s current weights.
+        requests: requests that share the decoder's current weights.
         eos_token_ids: tokens that always end a completion (stop reason ``"stop"``).
         pad_token_id: filler for left padding (never attended to).
 
@@ -267,7 +212,7 @@ def generate(
         ``"stop"`` or ``"length"``. ``input_tokens`` is the prompt length (encoded
         once per request), ``output_tokens`` the number of sampled tokens.
     """
-    device = next(model.parameters()).device
+    device = decoder.device
     n_req = len(requests)
     lengths = [len(r.prompt) for r in requests]
     width = max(lengths)
@@ -284,34 +229,28 @@ def generate(
         r.include_prompt_logprobs or r.topk_prompt_logprobs for r in requests
     )
     capacity = width + max(int(r.params.max_tokens) for r in requests)
-    cache = _kv_cache(model, capacity)
-    out = model(
-        input_ids=input_ids,
-        attention_mask=mask,
-        position_ids=positions,
-        cache=cache,
-        use_cache=True,
-        logits_to_keep=0 if need_prompt else 1,
+    prefill_logits, cache = decoder.prefill(
+        input_ids, mask, positions, capacity, need_prompt
     )
     prompt_lp: list[tuple[list[float | None], list]] = []
     for i, r in enumerate(requests):
         if r.include_prompt_logprobs or r.topk_prompt_logprobs:
             prompt_lp.append(
                 _prompt_logprobs(
-                    out.logits[i, width - lengths[i] :],
+                    prefill_logits[i, width - lengths[i] :],
                     r.prompt,
                     r.topk_prompt_logprobs,
                 )
             )
         else:
             prompt_lp.append(([], []))
-    last = out.logits[:, -1, :].float()
-    del out
+    last = prefill_logits[:, -1, :].float()
+    del prefill_logits
 
     # 2. Fan out: row b samples for request row_req[b]; cache rows are copied.
     rows = [_Row(i) for i, r in enumerate(requests) for _ in range(r.num_samples)]
     index = torch.tensor([row.req for row in rows], device=device)
-    cache.batch_select_indices(index)
+    decoder.select(cache, index)
     mask = mask[index]
     pos = positions[index, -1]
     logits = last[index]
@@ -369,20 +308,12 @@ def generate(
             break
         if len(keep) < len(active):
             sel = torch.tensor(keep, device=device)
-            cache.batch_select_indices(sel)
+            decoder.select(cache, sel)
             mask, pos, chosen = mask[sel], pos[sel], chosen[sel]
             active = [active[k] for k in keep]
         mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
         pos = pos + 1
-        out = model(
-            input_ids=chosen[:, None],
-            attention_mask=mask,
-            position_ids=pos[:, None],
-            cache=cache,
-            use_cache=True,
-        )
-        logits = out.logits[:, -1, :].float()
-        del out
+        logits = decoder.step(chosen, mask, pos, cache).float()
 
     # 4. Package.
     responses = []

@@ -1,0 +1,486 @@
+"""The local engine's speed-ups change no number a caller sees.
+
+* Shared-prefix training (``shared_prefix=True``) against the plain path, which runs
+  every Datum on its own: logprobs, ``loss_sum``, ``token_count``, gradients and the
+  weights after one ``optim_step``, for every loss, with and without backward.
+* The merged-weights sampler (``merged_sampler=True``) against teacher forcing on
+  the unmerged adapter, and snapshot isolation.
+* PyTRIO fidelity: checkpoint names scoped per training client; custom-loss errors
+  raised at the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+import pytrio as trio
+import torch
+
+from grpo_helpers.datum import RolloutSample, build_grpo_datum
+from grpo_helpers.engines import connect
+from grpo_helpers.local import prefix
+from grpo_helpers.local.decoder import MergedLlamaDecoder
+
+MODEL = "tiny-random"
+LOSSES = ["cross_entropy", "importance_sampling", "ppo", "cispo"]
+# Adam divides each gradient by its own size: with a tiny eps, float noise in a
+# gradient that is ~0 becomes a full-size step of either sign. A larger eps keeps
+# the step a smooth function of the gradient, so "same gradient, same step" holds.
+ADAM = trio.AdamParams(learning_rate=1e-3, eps=1e-4)
+
+
+def engine(tmp_path, **options):
+    return connect("local", run_dir=tmp_path, **options)
+
+
+def perturbed_client(service, seed=0, rank=8, scale=0.05):
+    """A LoRA client whose B matrices are not zero, so the adapter matters."""
+    tc = service.create_lora_training_client(MODEL, rank=rank, seed=seed)
+    gen = torch.Generator().manual_seed(seed + 100)
+    with torch.no_grad():
+        for name, p in sorted(tc._host.parameters(tc._adapter).items()):
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=gen) * scale)
+    return tc
+
+
+def random_tokens(gen, n):
+    return torch.randint(10, 49000, (n,), generator=gen).tolist()
+
+
+def policy_datum(prompt, completion, advantage, gen):
+    """The series' layout (build_grpo_datum): prompt + completion[:-1]."""
+    logprobs = (-torch.rand(len(completion), generator=gen) * 4).tolist()
+    sample = RolloutSample(completion, logprobs, "", 0.0, advantage)
+    return build_grpo_datum(prompt, sample)
+
+
+def demo_datum(prompt, completion, advantage, gen):
+    """The demo scripts' layout, as plain lists (prompt positions: 0, 0.0, 0.0)."""
+    n = len(prompt) - 1
+    logprobs = (-torch.rand(len(completion), generator=gen) * 4).tolist()
+    return trio.Datum(
+        model_input=trio.ModelInput.from_ints(prompt + completion[:-1]),
+        loss_fn_inputs={
+            "target_tokens": [0] * n + completion,
+            "logprobs": [0.0] * n + logprobs,
+            "advantages": [0.0] * n + [advantage] * len(completion),
+        },
+    )
+
+
+def as_cross_entropy(datum, gen):
+    """Same tokens; weights on every position, the prompt's included."""
+    targets = datum.loss_fn_inputs["target_tokens"].tolist()
+    weights = torch.rand(len(targets), generator=gen).tolist()
+    return trio.Datum(
+        model_input=datum.model_input,
+        loss_fn_inputs={"target_tokens": targets, "weights": weights},
+    )
+
+
+def grpo_batch(layout, seed=0, prompts=2, group=4):
+    """``prompts`` prompts x ``group`` completions of mixed lengths (1 to 11)."""
+    gen = torch.Generator().manual_seed(seed)
+    make = policy_datum if layout == "series" else demo_datum
+    data = []
+    for _ in range(prompts):
+        prompt = random_tokens(gen, 30)
+        for i in range(group):
+            length = int(torch.randint(1, 12, (1,), generator=gen))
+            completion = random_tokens(gen, length)
+            data.append(make(prompt, completion, float(i) - (group - 1) / 2, gen))
+    return data
+
+
+def run_both(tmp_path, data, loss, backward=True, auto_shift=False, **options):
+    """(output, grads, weights after one step) for the plain and the shared path."""
+    results = []
+    for shared in (False, True):
+        svc = engine(tmp_path, shared_prefix=shared, **options)
+        tc = perturbed_client(svc)
+        if backward:
+            out = tc.forward_backward(data, loss, auto_shift=auto_shift).result()
+            grads = {k: p.grad.clone() for k, p in named(tc)}
+            tc.optim_step(ADAM).result()
+        else:
+            out = tc.forward(data, loss, auto_shift=auto_shift).result()
+            grads = {}
+        weights = {k: p.detach().clone() for k, p in named(tc)}
+        results.append((out, grads, weights))
+    return results
+
+
+def named(tc):
+    return tc._host.parameters(tc._adapter).items()
+
+
+def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
+    scale = max(float(a.norm()), 1e-30)
+    return float((a - b).norm()) / scale
+
+
+def assert_same(plain, shared, grads=True, loss_scale=0.1):
+    """Equal to 1e-5 relative. ``loss_scale``: the size of the summed per-token
+    losses, for a ``loss_sum`` that cancels to near zero."""
+    (out_a, grads_a, w_a), (out_b, grads_b, w_b) = plain, shared
+    assert out_a.metrics["token_count"] == out_b.metrics["token_count"]
+    assert out_b.metrics["loss_sum"] == pytest.approx(
+        out_a.metrics["loss_sum"], rel=1e-5, abs=1e-5 * loss_scale
+    )
+    for x, y in zip(out_a.loss_fn_outputs, out_b.loss_fn_outputs, strict=True):
+        lx = torch.tensor(x["logprobs"].data)
+        ly = torch.tensor(y["logprobs"].data)
+        assert lx.shape == ly.shape
+        assert rel_err(lx, ly) < 1e-5
+    if grads:
+        assert grads_a.keys() == grads_b.keys() and grads_a
+        total = torch.cat([g.flatten() for g in grads_a.values()])
+        other = torch.cat([grads_b[k].flatten() for k in grads_a])
+        assert float(total.norm()) > 0
+        # The whole gradient to 1e-5; one tensor at a time, float32 sums in another
+        # order (the prefix's key/value gradient is summed over its expansions)
+        # leave up to ~2e-5 on SmolLM2's 30 layers.
+        assert rel_err(total, other) < 1e-5
+        for k in grads_a:
+            assert rel_err(grads_a[k], grads_b[k]) < 1e-4, k
+        # After one Adam step. Adam divides each element by its own size, so an
+        # element whose gradient is near eps turns small float differences into
+        # larger step differences: the weights agree to 1e-5 as a whole, 1e-3 each.
+        weights = torch.cat([w.flatten() for w in w_a.values()])
+        assert rel_err(weights, torch.cat([w_b[k].flatten() for k in w_a])) < 1e-5
+        for k in w_a:
+            assert rel_err(w_a[k], w_b[k]) < 1e-3, k
+
+
+# ------------------------------------------------------------------ the plan
+
+
+def test_plan_shares_each_prompt_once():
+    prompt_a, prompt_b = list(range(100, 130)), list(range(200, 230))
+    seqs = [prompt_a + [1, 2], prompt_b + [3], prompt_a + [4, 5, 6], prompt_b + [7]]
+    plan = prefix.plan_shared_prefixes(seqs)
+    shared = sorted((g.prefix_len, sorted(g.members)) for g in plan if g.shared)
+    assert shared == [(30, [0, 2]), (30, [1, 3])]
+    assert prefix.positions_computed(seqs, plan) == 30 + 2 + 3 + 30 + 1 + 1
+
+
+def test_plan_covers_everything_and_keeps_a_suffix():
+    gen = torch.Generator().manual_seed(3)
+    base = random_tokens(gen, 40)
+    seqs = [base[: int(torch.randint(1, 40, (1,), generator=gen))] for _ in range(9)]
+    seqs += [random_tokens(gen, 5), base, base]
+    plan = prefix.plan_shared_prefixes(seqs)
+    members = sorted(m for g in plan for m in g.members)
+    assert members == list(range(len(seqs)))
+    for g in plan:
+        for m in g.members:
+            assert g.prefix_len < len(seqs[m])
+            assert seqs[m][: g.prefix_len] == seqs[g.members[0]][: g.prefix_len]
+    assert prefix.positions_computed(seqs, plan) <= sum(map(len, seqs))
+
+
+def test_plan_leaves_short_or_unrelated_datums_alone():
+    assert all(not g.shared for g in prefix.plan_shared_prefixes([[1], [2], [3]]))
+    # A 3-token common prefix saves less than the extra pass costs.
+    plan = prefix.plan_shared_prefixes([[1, 2, 3, 4], [1, 2, 3, 5]])
+    assert all(not g.shared for g in plan)
+
+
+# ------------------------------------------------------------------ shared = plain
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+@pytest.mark.parametrize("layout", ["series", "demo"])
+def test_shared_prefix_equals_plain_path(tmp_path, loss, layout):
+    gen = torch.Generator().manual_seed(7)
+    data = grpo_batch(layout, seed=len(loss))
+    if loss == "cross_entropy":
+        data = [as_cross_entropy(d, gen) for d in data]
+    plain, shared = run_both(tmp_path, data, loss)
+    assert_same(plain, shared)
+
+
+@pytest.mark.parametrize("loss", LOSSES)
+def test_shared_prefix_forward_without_backward(tmp_path, loss):
+    plain, shared = run_both(tmp_path, grpo_batch("series"), loss, backward=False)
+    assert_same(plain, shared, grads=False)
+
+
+def test_shared_prefix_when_one_input_is_a_prefix_of_another(tmp_path):
+    gen = torch.Generator().manual_seed(11)
+    long = random_tokens(gen, 40)
+    data = [
+        trio.Datum(
+            model_input=trio.ModelInput.from_ints(long[:n]),
+            loss_fn_inputs={
+                "target_tokens": long[1 : n + 1],
+                "weights": torch.rand(n, generator=gen).tolist(),
+            },
+        )
+        for n in (24, 30, 39, 39)
+    ]
+    plain, shared = run_both(tmp_path, data, "cross_entropy")
+    assert_same(plain, shared)
+
+
+def test_shared_prefix_with_auto_shift(tmp_path):
+    gen = torch.Generator().manual_seed(5)
+    prompt = random_tokens(gen, 25)
+    sequences = [prompt + random_tokens(gen, n) for n in (3, 8, 1)]
+    data = [
+        trio.Datum(
+            model_input=trio.ModelInput.from_ints(tokens),
+            loss_fn_inputs={"target_tokens": tokens},
+        )
+        for tokens in sequences
+    ]
+    plain, shared = run_both(tmp_path, data, "cross_entropy", auto_shift=True)
+    assert_same(plain, shared)
+
+
+def test_shared_prefix_in_small_micro_batches(tmp_path):
+    """Suffix chunks that do not fit one micro-batch accumulate the prefix's
+    key/value gradients before the one backward through the prefix."""
+    data = grpo_batch("series", seed=4, prompts=1, group=8)
+    svc = engine(tmp_path, train_tokens_per_batch=24)
+    tc = svc.create_lora_training_client(MODEL, rank=8, seed=0)
+    job = tc._prepare(data, "importance_sampling", None, False)
+    lengths = [s.input_length - 29 for s in job.samples]
+    assert max(lengths) * 3 > 24  # so the 8 suffixes need several chunks
+    plain, shared = run_both(
+        tmp_path, data, "importance_sampling", train_tokens_per_batch=24
+    )
+    assert_same(plain, shared)
+
+
+def test_shared_prefix_computes_fewer_positions():
+    data = grpo_batch("series", prompts=2, group=8)
+    seqs = [d.model_input.to_ints() for d in data]
+    plan = prefix.plan_shared_prefixes(seqs)
+    assert sum(g.shared for g in plan) == 2
+    assert prefix.positions_computed(seqs, plan) < 0.6 * sum(map(len, seqs))
+
+
+# ------------------------------------------------------------------ merged sampler
+
+
+def sample(sampler, prompt, n=3, **kw):
+    kw.setdefault("max_tokens", 12)
+    kw.setdefault("seed", 5)
+    response = sampler.sample(
+        trio.ModelInput.from_ints(prompt), n, trio.SamplingParams(**kw)
+    ).result()
+    return [(s.tokens, s.logprobs) for s in response.sequences]
+
+
+def teacher_forced(tc, prompt, tokens):
+    n = len(prompt) - 1
+    datum = trio.Datum(
+        model_input=trio.ModelInput.from_ints(prompt + tokens[:-1]),
+        loss_fn_inputs={"target_tokens": [0] * n + tokens},
+    )
+    return tc.forward([datum]).result().loss_fn_outputs[0]["logprobs"].data[n:]
+
+
+@pytest.mark.parametrize("merged", [True, False])
+def test_sampled_logprobs_match_teacher_forcing(tmp_path, merged):
+    svc = engine(tmp_path, merged_sampler=merged)
+    tc = perturbed_client(svc, scale=0.05)
+    prompt = random_tokens(torch.Generator().manual_seed(1), 20)
+    for tokens, logprobs in sample(tc.save_weights_and_get_sampling_client(), prompt):
+        np.testing.assert_allclose(
+            teacher_forced(tc, prompt, tokens), logprobs, atol=1e-4
+        )
+
+
+def test_merged_and_plain_samplers_agree_greedily(tmp_path):
+    prompts = [random_tokens(torch.Generator().manual_seed(s), 15) for s in (1, 2)]
+    outputs = []
+    for merged in (True, False):
+        svc = engine(tmp_path, merged_sampler=merged)
+        sc = perturbed_client(svc).save_weights_and_get_sampling_client()
+        outputs.append([sample(sc, p, temperature=0.0) for p in prompts])
+    for a, b in zip(*outputs, strict=True):
+        for (ta, la), (tb, lb) in zip(a, b, strict=True):
+            assert ta == tb
+            np.testing.assert_allclose(la, lb, atol=1e-4)
+
+
+def test_merged_sampler_uses_the_merged_decoder(tmp_path):
+    svc = engine(tmp_path)
+    tc = perturbed_client(svc)
+    sample(tc.save_weights_and_get_sampling_client(), [5, 6, 7])
+    decoder = tc._host._merged
+    assert isinstance(decoder, MergedLlamaDecoder)
+    # One merged copy per host, however many samplers: about the model's size.
+    for _ in range(3):
+        tc.forward_backward(grpo_batch("series", prompts=1), "importance_sampling")
+        tc.optim_step(trio.AdamParams(learning_rate=1e-2))
+        sample(tc.save_weights_and_get_sampling_client(), [5, 6, 7])
+    assert tc._host._merged is decoder
+    params = sum(p.numel() * p.element_size() for p in tc._host.model.parameters())
+    assert decoder.nbytes() <= params
+
+
+def test_samplers_are_isolated_snapshots(tmp_path):
+    svc = engine(tmp_path)
+    tc = perturbed_client(svc)
+    prompt = [11, 12, 13, 14]
+    old = tc.save_weights_and_get_sampling_client()
+    before = sample(old, prompt)
+    data = grpo_batch("series", prompts=1)
+    for _ in range(3):
+        tc.forward_backward(data, "importance_sampling")
+        tc.optim_step(trio.AdamParams(learning_rate=5e-2)).result()
+    new = tc.save_weights_and_get_sampling_client()
+    after_new = sample(new, prompt)
+    assert sample(old, prompt) == before  # training did not reach the old sampler
+    assert after_new != before
+    assert sample(new, prompt) == after_new  # alternating re-merges the right one
+    base = svc.create_sampling_client(MODEL)
+    plain_base = engine(tmp_path, merged_sampler=False).create_sampling_client(MODEL)
+    greedy = {"temperature": 0.0}
+    assert (
+        sample(base, prompt, **greedy)[0][0]
+        == sample(plain_base, prompt, **greedy)[0][0]
+    )
+
+
+def test_concurrent_samplers_of_different_weights(tmp_path):
+    svc = engine(tmp_path)
+    tc = perturbed_client(svc)
+    first = tc.save_weights_and_get_sampling_client()
+    tc.forward_backward(grpo_batch("series", prompts=1), "importance_sampling")
+    tc.optim_step(trio.AdamParams(learning_rate=5e-2)).result()
+    second = tc.save_weights_and_get_sampling_client()
+    prompt = [21, 22, 23]
+    alone = [sample(s, prompt) for s in (first, second)]
+
+    async def both():
+        params = trio.SamplingParams(max_tokens=12, seed=5)
+        calls = [
+            s.sample_async(trio.ModelInput.from_ints(prompt), 3, params)
+            for s in (first, second, first)
+        ]
+        return await asyncio.gather(*calls)
+
+    together = asyncio.run(both())
+    # Batched with other rows, the arithmetic (not the weights) differs slightly.
+    for response, want in zip(together, [alone[0], alone[1], alone[0]], strict=True):
+        for seq, (tokens, logprobs) in zip(response.sequences, want, strict=True):
+            assert seq.tokens == tokens
+            np.testing.assert_allclose(seq.logprobs, logprobs, atol=1e-4)
+
+
+def test_merged_decoder_refuses_models_it_cannot_run():
+    class Config:
+        model_type = "llama"
+        attention_bias = True
+
+    class Model:
+        config = Config()
+
+    assert not MergedLlamaDecoder.supports(Model())
+    Config.attention_bias = False
+    Config.model_type = "gpt2"
+    assert not MergedLlamaDecoder.supports(Model())
+
+
+# ------------------------------------------------------------------ PyTRIO fidelity
+
+
+def test_checkpoint_names_are_scoped_per_training_client(tmp_path):
+    svc = engine(tmp_path)
+    a, b = perturbed_client(svc, seed=1), perturbed_client(svc, seed=2)
+    paths = {}
+    for name, tc in (("a", a), ("b", b)):
+        paths[name] = (
+            tc.save_weights_for_sampler("step-10").result().path,
+            tc.save_state("step-10").result().path,
+        )
+    assert paths["a"][0] != paths["b"][0] and paths["a"][1] != paths["b"][1]
+    # Each sampler opens its own client's weights: b did not overwrite a.
+    prompt = [3, 4, 5]
+    for name, tc in (("a", a), ("b", b)):
+        reopened = svc.create_sampling_client(MODEL, model_path=paths[name][0])
+        direct = tc.save_weights_and_get_sampling_client()
+        greedy = {"temperature": 0.0}
+        assert sample(reopened, prompt, **greedy) == sample(direct, prompt, **greedy)
+
+
+def test_custom_loss_errors_are_raised_at_the_call(tmp_path):
+    svc = engine(tmp_path)
+    tc = perturbed_client(svc)
+    data = grpo_batch("series", prompts=1, group=2)
+
+    def broken(data, logprobs):
+        raise RuntimeError("my loss is broken")
+
+    with pytest.raises(RuntimeError, match="my loss is broken"):
+        tc.forward_backward_custom(data, broken)
+
+    async def call_async():
+        return await tc.forward_backward_custom_async(data, broken)
+
+    with pytest.raises(RuntimeError, match="my loss is broken"):
+        asyncio.run(call_async())
+
+    def fine(data, logprobs):
+        return sum(-lp.sum() for lp in logprobs), {"custom": 1.0}
+
+    out = tc.forward_backward_custom(data, fine).result()
+    assert out.metrics["custom"] == 1.0 and "loss_sum" in out.metrics
+
+
+# ------------------------------------------------------------------ SmolLM2
+
+
+@pytest.mark.slow
+def test_fast_paths_on_smollm2_with_series_datums(tmp_path):
+    """One real series group on SmolLM2: the merged sampler's logprobs match
+    teacher forcing, and shared-prefix training equals the plain path."""
+    from grpo_helpers import data, prompts, rewards, rollout
+    from grpo_helpers.local.models import SMOLLM2
+
+    row = data.make_arithmetic_splits(4, 1, seed=0)[0][0]
+    results = []
+    for shared in (False, True):
+        svc = engine(tmp_path, shared_prefix=shared)
+        tc = svc.create_lora_training_client(SMOLLM2, rank=8, seed=0)
+        gen = torch.Generator().manual_seed(0)
+        with torch.no_grad():
+            for name, p in sorted(tc._host.parameters(tc._adapter).items()):
+                if "lora_B" in name:
+                    p.copy_(torch.randn(p.shape, generator=gen) * 2e-3)
+        tok = tc.get_tokenizer()
+        prompt = prompts.build_prompt(tok, row["question"])
+        if not results:  # sample once, train both paths on the same datums
+            group = rollout.run_rollout_group(
+                tc.save_weights_and_get_sampling_client(),
+                tok,
+                prompt,
+                data.extract_gsm8k_answer(row["answer"]),
+                rollout.make_sampling_params(tok, 16, seed=3),
+                4,
+                rewards.shaped_reward,
+            )
+            for sample in group:
+                np.testing.assert_allclose(
+                    teacher_forced(tc, prompt, sample.tokens),
+                    sample.logprobs,
+                    atol=1e-4,
+                )
+            for i, sample in enumerate(group):
+                sample.advantage = (i - 1.5) / 2  # a learning signal in any case
+            datums = [build_grpo_datum(prompt, s) for s in group]
+        out = tc.forward_backward(datums, "importance_sampling").result()
+        grads = {k: p.grad.clone() for k, p in named(tc)}
+        tc.optim_step(ADAM).result()
+        weights = {k: p.detach().clone() for k, p in named(tc)}
+        results.append((out, grads, weights))
+    # At ratio 1, loss_sum = -sum(A_i * C_i): terms of about 1 that cancel.
+    scale = sum(abs(s.advantage) * len(s.tokens) for s in group)
+    assert_same(*results, loss_scale=scale)
