@@ -95,6 +95,32 @@ def bandwidth_probe(megabytes: int = 512) -> float:
     return best
 
 
+class PeakMemory:
+    """Peak resident memory above the level at entry, polled every 2 ms (MB)."""
+
+    def __enter__(self) -> PeakMemory:
+        import threading
+
+        import psutil
+
+        self._process = psutil.Process()
+        self._base = self._process.memory_info().rss
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+        return self
+
+    def _poll(self) -> None:
+        while not self._stop.wait(0.002):
+            rss = self._process.memory_info().rss
+            self.peak_mb = max(self.peak_mb, (rss - self._base) / 2**20)
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
 def linear_params(model: Any) -> tuple[int, int]:
     """(parameters of the attention and MLP projections, of the output layer).
 
@@ -177,10 +203,15 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             )
         return time.perf_counter() - t, groups
 
-    def train_step(tc: Any, datums: list) -> float:
+    peak_mb: dict[str, list[float]] = {n: [] for n in paths}
+
+    def train_step(tc: Any, datums: list, name: str = "") -> float:
         t = time.perf_counter()
-        tc.forward_backward(datums, "importance_sampling")
-        tc.optim_step(adam).result()
+        with PeakMemory() as memory:
+            tc.forward_backward(datums, "importance_sampling")
+            tc.optim_step(adam).result()
+        if name:
+            peak_mb[name].append(memory.peak_mb)
         return time.perf_counter() - t
 
     # The Datums both paths train on: one sampling, advantages made non-zero so
@@ -208,7 +239,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             times[name]["tokens"].append(sum(len(s.tokens) for g in groups for s in g))
             if name == "new":
                 decode_steps.append(sum(max(len(s.tokens) for s in g) for g in groups))
-            times[name]["training"].append(train_step(tc, datums))
+            times[name]["training"].append(train_step(tc, datums, name))
             print(
                 f"  run {r} {name}: sampling {seconds:6.2f} s "
                 f"({times[name]['tokens'][-1]} tokens), training "
@@ -267,6 +298,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"(+ prefill {prefill / 1e9:.0f} GFLOP) -> floor {floor_decode:.2f} s, "
         f"{frac_decode:.0%} of it reached"
     )
+    decoder = clients["new"]._host._merged
+    print(
+        f"training peak memory above the resting process: old "
+        f"{max(peak_mb['old']):.0f} MB, new {max(peak_mb['new']):.0f} MB; the merged "
+        f"sampler holds {decoder.nbytes() / 2**20 if decoder else 0:.0f} MB of "
+        "weights (one copy per base model)"
+    )
     print(
         f"RESULT training {ratio['training']:.1f}x sampling {ratio['sampling']:.1f}x "
         f"step {ratio['step']:.1f}x floor-training {frac_train:.0%} "
@@ -276,6 +314,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         **{f"ratio_{k}": v for k, v in ratio.items()},
         "floor_training": frac_train,
         "floor_decoding": frac_decode,
+        "peak_mb_old": max(peak_mb["old"]),
+        "peak_mb_new": max(peak_mb["new"]),
     }
 
 

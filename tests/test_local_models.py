@@ -124,3 +124,37 @@ def test_smollm2_gguf_loads_and_samples(tmp_path):
     seq = out.sequences[0]
     assert 1 <= len(seq.tokens) <= 8 and len(seq.logprobs) == len(seq.tokens)
     assert all(lp <= 0 for lp in seq.logprobs) and seq.text.strip()
+
+
+def test_tiny_random_writes_numbers_so_fast_mode_groups_differ(tmp_path):
+    """Fast mode trains only if a group's shaped rewards differ: tiny-random's
+    bias channel makes it write numbers, still at random."""
+    from grpo_helpers import data, prompts, rewards, rollout, training
+    from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.engines import connect
+
+    sampler = connect("local", run_dir=tmp_path).create_sampling_client("tiny-random")
+    tok = sampler.get_tokenizer()
+    config = GRPOConfig(base_model="tiny-random", dataset="arithmetic")
+    rows = training.load_split(config, "train")
+    groups = []
+    for i in range(10):
+        groups.append(
+            rollout.run_rollout_group(
+                sampler,
+                tok,
+                prompts.build_prompt(tok, rows[i]["question"]),
+                data.extract_gsm8k_answer(rows[i]["answer"]),
+                rollout.make_sampling_params(tok, 8, seed=i),
+                4,
+                rewards.shaped_reward,
+            )
+        )
+    texts = [s.text for g in groups for s in g]
+    with_numbers = sum(rewards.extract_last_number(t) is not None for t in texts)
+    assert with_numbers >= 0.75 * len(texts)
+    varied = sum(len({s.reward for s in g}) > 1 for g in groups)
+    assert varied >= 7  # of 10 groups of 4
+    # Still random text: no two completions alike, and not all digits.
+    assert len(set(texts)) == len(texts)
+    assert all(any(c.isalpha() for c in t) for t in texts[:10])

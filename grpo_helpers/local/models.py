@@ -380,12 +380,31 @@ def load_tokenizer(base_model: str = DEFAULT_MODEL) -> Any:
     return _load_tokenizer_cached(key)
 
 
+#: tiny-random's favourite tokens and their logit bonus: the digits, the pieces of
+#: ``\\boxed{``, and the end of turn. An untrained model that writes numbers earns
+#: *different* shaped rewards within a group, so fast-mode training really updates.
+_TINY_FORMAT_TEXT = ("0123456789", " \\boxed{", "}")
+_TINY_DIGIT_BIAS = 9.0
+_TINY_FORMAT_BIAS = 6.0
+_TINY_EOS_BIAS = 3.5
+
+
 def _tiny_random_model() -> Any:
     """2 layers, hidden 64, 4 heads (2 KV heads), untied embeddings, seed 0.
 
     Embeddings are drawn with std 1 and the unembedding with std 0.4, so that the
-    next-token distribution has an entropy of about 6 nats: random, but peaked
-    enough that probabilities move visibly after one optimiser step.
+    next-token distribution is random but peaked enough that probabilities move
+    visibly after one optimiser step.
+
+    One hidden channel carries a constant: every token's embedding holds 4.0 in
+    channel 0, and no layer writes to it, so after the final norm it is about the
+    same at every position. The output layer reads that channel as a per-token
+    bias: digits (+9), the pieces of ``\\boxed{`` and ``}`` (+6) and the end of turn
+    (+3.5). So tiny-random, still untrained, writes a number in most completions
+    (``tests/test_local_models.py`` checks it): a group of its completions earns
+    different shaped rewards, and the fast mode's loop has something to learn
+    from. LoRA on the output projections can learn to move the channel like any
+    other weight.
     """
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
@@ -415,6 +434,24 @@ def _tiny_random_model() -> Any:
         emb.copy_(torch.randn(emb.shape, generator=gen))
         head = model.get_output_embeddings().weight
         head.copy_(torch.randn(head.shape, generator=gen) * 0.4)
+        # The bias channel: a constant in, nothing written to it, read out per token.
+        emb[:, 0] = 4.0
+        for layer in model.model.layers:
+            layer.self_attn.o_proj.weight[0, :] = 0.0
+            layer.mlp.down_proj.weight[0, :] = 0.0
+        probe = torch.randint(0, len(tok), (4, 32), generator=gen)
+        level = float(model.model(input_ids=probe).last_hidden_state[..., 0].mean())
+        head[:, 0] = 0.0
+        digits = tok.encode(_TINY_FORMAT_TEXT[0], add_special_tokens=False)
+        pieces = {
+            t
+            for text in _TINY_FORMAT_TEXT[1:]
+            for t in tok.encode(text, add_special_tokens=False)
+        }
+        head[digits, 0] = _TINY_DIGIT_BIAS / level
+        head[sorted(pieces - set(digits)), 0] = _TINY_FORMAT_BIAS / level
+        if tok.eos_token_id is not None:
+            head[tok.eos_token_id, 0] = _TINY_EOS_BIAS / level
     return model
 
 
