@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pandas as pd
 
+from grpo_helpers import training
 from grpo_helpers.cli import main as cli_main
+from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 
 ARGS = ["eval", "--base-model", "tiny-random", "--backend", "local", "--limit", "4",
@@ -24,16 +26,36 @@ def test_eval_base_only_writes_records(tmp_path, capsys):
 
 
 def test_eval_base_vs_checkpoint_prints_difference_and_p_value(tmp_path, capsys):
+    # Train first: an untrained LoRA adapter (B = 0) *is* the base model, so a
+    # checkpoint saved before training could not show that --checkpoint-path is read.
     service = connect("local", run_dir=tmp_path / "engine")
-    tc = service.create_lora_training_client(base_model="tiny-random", rank=4)
-    path = tc.save_weights_for_sampler("ckpt").result().path
+    config = GRPOConfig(
+        base_model="tiny-random",
+        backend="local",
+        dataset="arithmetic",
+        steps=3,
+        batch_size=2,
+        group_size=4,
+        max_tokens=6,
+        lora_rank=4,
+        learning_rate=3e-2,
+        reward="shaped",
+        run_dir=str(tmp_path / "run"),
+        save_every=0,
+    )
+    result = training.train_sync(config, service, progress=False)
+    assert result.metrics["updated"].any()
     out = tmp_path / "records.csv"
-    assert cli_main([*ARGS, "--checkpoint-path", path, "--out", str(out)]) == 0
+    args = [*ARGS, "--checkpoint-path", result.weights_path, "--out", str(out)]
+    assert cli_main(args) == 0
     printed = capsys.readouterr().out
     assert "McNemar exact p" in printed
     assert "checkpoint" in printed
-    records = pd.read_csv(out)
+    records = pd.read_csv(out, keep_default_na=False)
     assert sorted(set(records["model"])) == ["base", "checkpoint"]
+    by_model = records.pivot(index="index", columns="model", values="completion")
+    # Greedy decoding of the trained weights writes something else somewhere.
+    assert (by_model["base"] != by_model["checkpoint"]).any()
 
 
 def test_eval_missing_checkpoint_is_a_clear_error(tmp_path, capsys):

@@ -418,13 +418,13 @@ def test_batched_equals_unbatched(base, tok):
         for t in ["Short.", "A somewhat longer prompt here, yes.", "Mid size prompt"]
     ]
 
-    async def gathered(p):
-        return await asyncio.gather(*[base.sample_async(x, 3, p) for x in prompts])
-
+    scheduler = base._host.scheduler
     for p in (params(temperature=0.0, max_tokens=10), params(seed=11, max_tokens=10)):
-        before = base._host.scheduler.batches
-        together = asyncio.run(gathered(p))
-        assert base._host.scheduler.batches == before + 1  # one batched generation
+        before = scheduler.batches
+        with scheduler.hold():  # all three queued before any batch starts
+            futures = [base.sample(x, 3, p) for x in prompts]
+        together = [f.result() for f in futures]
+        assert scheduler.batches == before + 1  # one batched generation
         alone = [base.sample(x, 3, p).result() for x in prompts]
         for a, b in zip(together, alone, strict=True):
             assert [s.tokens for s in a.sequences] == [s.tokens for s in b.sequences]

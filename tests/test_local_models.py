@@ -39,8 +39,15 @@ def test_tokenizer_is_cached_and_shared():
     assert tok.eos_token == "<|im_end|>" and tok.chat_template
 
 
-def test_threads_follow_affinity():
-    assert models.configure_threads() == len(os.sched_getaffinity(0))
+def test_threads_follow_affinity_unless_omp_num_threads_says_otherwise():
+    cpus = len(os.sched_getaffinity(0))
+    assert models.thread_count({}) == cpus
+    assert models.thread_count({"OMP_NUM_THREADS": "1"}) == 1
+    assert models.thread_count({"OMP_NUM_THREADS": "3"}) == 3
+    for junk in ("", "0", "-2", "two"):
+        assert models.thread_count({"OMP_NUM_THREADS": junk}) == cpus
+    # What the process actually runs with is the same rule applied to its env.
+    assert models.configure_threads() == models.thread_count()
 
 
 def test_missing_hub_model_is_one_clear_error(monkeypatch):

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import os
 import signal
 import subprocess
 import sys
-import time
+import textwrap
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +19,7 @@ from grpo_helpers import training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
+from grpo_helpers.local import checkpoints
 
 TINY = dict(
     base_model="tiny-random",
@@ -62,10 +64,36 @@ METRIC_COLUMNS = {
 
 
 def shaped_always_varies(config: GRPOConfig) -> GRPOConfig:
-    # The shaped reward gives partial credit to numbers near the gold answer, so a
-    # random model's groups are rarely all equal: the loop then really trains.
+    # tiny-random writes numbers (its bias channel) and the shaped reward pays for
+    # numbers near the gold answer, so its groups differ: the loop really trains.
     config.reward = "shaped"
     return config
+
+
+def lora_b_norm(weights_path: str) -> float:
+    """Size of the LoRA B matrices of saved weights: 0 for an untrained adapter."""
+    _, tensors, _ = checkpoints.load_checkpoint(weights_path)
+    return math.sqrt(
+        sum(float(t.square().sum()) for k, t in tensors.items() if "lora_B" in k)
+    )
+
+
+def assert_trained(result, config, record) -> None:
+    """The loop made real updates: groups with different rewards, datums sent,
+    and weights that moved away from the untrained adapter (B = 0)."""
+    df = result.metrics
+    assert (df["valid_groups"] > 0).any(), "no step had a non-degenerate group"
+    updated = df[df["updated"]]
+    assert len(updated) > 0
+    assert (updated["datums"] == updated["valid_groups"] * config.group_size).all()
+    assert (updated["grad_norm"] > 0).all()
+    moved = lora_b_norm(result.weights_path)
+    assert moved > 0
+    record(
+        f"{len(updated)}/{len(df)} steps updated, "
+        f"{int(df['valid_groups'].sum())} non-degenerate groups, "
+        f"|LoRA B| 0 -> {moved:.3g}"
+    )
 
 
 class CountingService:
@@ -94,9 +122,10 @@ def service(tmp_path):
     return connect("local", run_dir=tmp_path / "engine")
 
 
-def test_sync_loop_metrics_and_run_directory(tmp_path, service):
+def test_sync_loop_metrics_and_run_directory(tmp_path, service, training_evidence):
     config = shaped_always_varies(GRPOConfig(**TINY, run_dir=str(tmp_path / "run")))
     result = training.train_sync(config, service, progress=False)
+    assert_trained(result, config, training_evidence("train_sync"))
     df = result.metrics
     assert list(df["step"]) == [0, 1]
     assert set(df.columns) >= METRIC_COLUMNS
@@ -106,7 +135,6 @@ def test_sync_loop_metrics_and_run_directory(tmp_path, service):
     assert (df["sampled_tokens"] > 0).all()
     assert list(df["cum_sampled_tokens"]) == list(df["sampled_tokens"].cumsum())
     updated = df[df["updated"]]
-    assert (updated["datums"] == updated["valid_groups"] * config.group_size).all()
     assert updated["token_count"].notna().all()
     run = Path(result.run_dir)
     assert json.loads((run / "config.json").read_text())["steps"] == 2
@@ -121,12 +149,12 @@ def test_sync_loop_metrics_and_run_directory(tmp_path, service):
     assert json.loads((run / "checkpoint.json").read_text())["step"] == 1
 
 
-def test_async_loop_matches_the_sync_schema(tmp_path, service):
+def test_async_loop_matches_the_sync_schema(tmp_path, service, training_evidence):
     config = shaped_always_varies(GRPOConfig(**TINY, run_dir=str(tmp_path / "run")))
     result = asyncio.run(training.train_async(config, service, progress=False))
     assert list(result.metrics["step"]) == [0, 1]
     assert set(result.metrics.columns) >= METRIC_COLUMNS
-    assert result.weights_path
+    assert_trained(result, config, training_evidence("train_async"))
 
 
 def test_all_degenerate_batch_makes_no_training_call(tmp_path, service):
@@ -267,17 +295,6 @@ def test_cli_reports_bad_input_without_traceback(capsys):
     assert "Traceback" not in err
 
 
-def _wait_for_lines(path: Path, n: int, proc: subprocess.Popen, timeout: float):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"training exited early: {proc.returncode}")
-        if path.exists() and len(path.read_text().splitlines()) >= n:
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{path} never reached {n} lines")
-
-
 @pytest.mark.slow
 def test_resume_after_sigkill_gives_contiguous_metrics(tmp_path):
     run_dir = tmp_path / "run"
@@ -311,17 +328,33 @@ def test_resume_after_sigkill_gives_contiguous_metrics(tmp_path):
         "--save-every",
         "1",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(
-        args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    # The first run kills itself with SIGKILL from the step callback, right after
+    # step 1's metrics line is written and before step 1's checkpoint: the resumed
+    # run must drop that line and redo step 1. No clocks, no polling.
+    killer = textwrap.dedent(
+        f"""
+        import os, signal
+        from grpo_helpers import cli, training
+
+        args = cli.build_parser().parse_args({args[3:]!r})
+        config = cli.config_from_args(args)
+
+        def kill_after_two_steps(metrics):
+            if len(metrics) == 2:
+                os.kill(os.getpid(), signal.SIGKILL)
+
+        training.train_sync(config, progress=False, on_step=kill_after_two_steps)
+        """
     )
-    try:
-        _wait_for_lines(run_dir / "metrics.jsonl", 2, proc, timeout=300)
-    finally:
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    killed = subprocess.run(
+        [sys.executable, "-c", killer], env=env, capture_output=True, text=True
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
+    assert checkpoint["step"] == 0
     before = pd.read_json(run_dir / "metrics.jsonl", lines=True)
-    assert 2 <= len(before) < 5
+    assert list(before["step"]) == [0, 1]
     done = subprocess.run(
         [*args, "--resume"], env=env, capture_output=True, text=True, timeout=600
     )

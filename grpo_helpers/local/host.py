@@ -320,7 +320,25 @@ class SamplingScheduler:
         self._cv = threading.Condition()
         self._pending: list[GenerationRequest] = []
         self._thread: threading.Thread | None = None
+        self._held = 0
         self.batches = 0  # number of generate() calls, for tests and benchmarks
+
+    @contextlib.contextmanager
+    def hold(self) -> Iterator[None]:
+        """Queue requests without starting a batch until the block ends.
+
+        Requests submitted inside ``with scheduler.hold():`` are then batched
+        together (up to ``max_rows``) whatever the timing: what tests use instead
+        of the batching window.
+        """
+        with self._cv:
+            self._held += 1
+        try:
+            yield
+        finally:
+            with self._cv:
+                self._held -= 1
+                self._cv.notify_all()
 
     def submit(self, request: GenerationRequest) -> None:
         with self._cv:
@@ -334,7 +352,7 @@ class SamplingScheduler:
 
     def _take_batch(self) -> list[GenerationRequest]:
         with self._cv:
-            while not self._pending:
+            while not self._pending or self._held:
                 self._cv.wait()
             deadline = time.monotonic() + self.window
             while (left := deadline - time.monotonic()) > 0:

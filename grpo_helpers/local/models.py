@@ -104,30 +104,37 @@ def default_dtype(device: str | None = None) -> Any:
     return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
 
 
-@functools.cache
-def configure_threads() -> int:
-    """Set torch's intra-op threads to the CPUs this process may run on.
+def thread_count(environ: dict[str, str] | None = None) -> int:
+    """How many threads torch should use: ``OMP_NUM_THREADS`` when it is a positive
+    integer, else the CPUs this process may run on.
 
     ``os.sched_getaffinity`` respects container and ``taskset`` limits, unlike
-    ``os.cpu_count``. ``OMP_NUM_THREADS``, when set, wins: on a machine shared with
-    other CPU-heavy jobs, ``OMP_NUM_THREADS=1`` can be several times faster (each
-    of the many small ops of a decoding step otherwise waits for a descheduled
-    thread). Called once, on the first model load.
+    ``os.cpu_count``. On a machine shared with other CPU-heavy jobs,
+    ``OMP_NUM_THREADS=1`` can be several times faster (each of the many small ops
+    of a decoding step otherwise waits for a descheduled thread).
 
-    Returns:
-        The number of threads torch now uses.
+    Example::
+
+        >>> thread_count({"OMP_NUM_THREADS": "1"})
+        1
     """
+    environ = os.environ if environ is None else environ
+    requested = environ.get("OMP_NUM_THREADS", "").strip()
+    if requested.isdigit() and int(requested) >= 1:
+        return int(requested)
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
+@functools.cache
+def configure_threads() -> int:
+    """Set torch's intra-op threads to :func:`thread_count`, once, on the first
+    model load. Returns the number of threads torch now uses."""
     import torch
 
-    requested = os.environ.get("OMP_NUM_THREADS", "").strip()
-    if requested.isdigit() and int(requested) >= 1:
-        n = int(requested)
-    else:
-        try:
-            n = len(os.sched_getaffinity(0))
-        except AttributeError:  # macOS, Windows
-            n = os.cpu_count() or 1
-    torch.set_num_threads(max(1, n))
+    torch.set_num_threads(thread_count())
     return torch.get_num_threads()
 
 
@@ -509,4 +516,5 @@ __all__ = [
     "load_model",
     "load_tokenizer",
     "resolve_model",
+    "thread_count",
 ]
