@@ -108,11 +108,11 @@ def test_degenerate_probability_matches_simulation() -> None:
     p, group_size, trials = 0.8, 4, 20_000
     hits = 0
     for _ in range(trials):
-        group = [1.0 if rng.random() < p else 0.0 for _ in range(group_size)]
-        hits += is_degenerate(group)
-    assert hits / trials == pytest.approx(
-        degenerate_probability(p, group_size), abs=0.02
-    )
+        successes = sum(rng.random() < p for _ in range(group_size))
+        hits += successes in (0, group_size)  # all wrong or all right
+    # by hand: 0.8**4 + 0.2**4 = 0.4096 + 0.0016
+    assert degenerate_probability(p, group_size) == pytest.approx(0.4112)
+    assert hits / trials == pytest.approx(0.4112, abs=0.02)
 
 
 def test_batch_summary_frac_example() -> None:
@@ -145,9 +145,11 @@ def test_advantages_sum_to_zero(rewards: list[float], scale: str) -> None:
 @given(GROUP)
 def test_advantages_preserve_order_and_shift(rewards: list[float]) -> None:
     result = group_advantages(rewards)
-    mean = math.fsum(rewards) / len(rewards)
-    for reward, advantage in zip(rewards, result, strict=True):
-        if not is_degenerate(rewards):
+    if len(set(rewards)) == 1:  # all equal: no signal, exact zeros
+        assert result == [0.0] * len(rewards)
+    else:
+        mean = math.fsum(rewards) / len(rewards)
+        for reward, advantage in zip(rewards, result, strict=True):
             assert advantage == pytest.approx(reward - mean, abs=1e-12)
     # a better reward never gets a smaller advantage
     order = sorted(range(len(rewards)), key=rewards.__getitem__)
@@ -159,7 +161,7 @@ def test_advantages_preserve_order_and_shift(rewards: list[float]) -> None:
 @given(st.lists(REWARD, min_size=2, max_size=16))
 def test_group_scaled_advantages_have_unit_std(rewards: list[float]) -> None:
     result = group_advantages(rewards, scale="group", eps=0.0)
-    if is_degenerate(rewards) or statistics.pstdev(rewards) < 1e-6:
+    if statistics.pstdev(rewards) < 1e-6:  # equal rewards (or nearly): no scale
         return
     assert statistics.pstdev(result) == pytest.approx(1.0, rel=1e-6)
 
@@ -179,5 +181,12 @@ def test_batch_summary_properties(groups: list[list[float]]) -> None:
     assert set(summary) == {"frac_degenerate", "group_reward_std", "reward_mean"}
     assert 0.0 <= summary["frac_degenerate"] <= 1.0
     assert summary["group_reward_std"] >= 0.0
-    expected = sum(is_degenerate(g) for g in groups) / len(groups)
+    # by hand: a group is degenerate when all its rewards are equal
+    expected = sum(len(set(group)) == 1 for group in groups) / len(groups)
     assert summary["frac_degenerate"] == expected
+    stds = [statistics.pstdev(group) for group in groups]
+    assert summary["group_reward_std"] == pytest.approx(
+        statistics.fmean(stds), abs=1e-9
+    )
+    means = [statistics.fmean(group) for group in groups]
+    assert summary["reward_mean"] == pytest.approx(statistics.fmean(means), abs=1e-9)

@@ -7,7 +7,6 @@ import json
 import re
 import shutil
 import socket
-import time
 from fractions import Fraction
 from pathlib import Path
 
@@ -189,16 +188,17 @@ def _closed_port() -> int:
 
 
 @pytest.mark.usefixtures("no_proxy_env")
-def test_hub_unreachable_fails_fast_with_advice(
+def test_hub_unreachable_fails_with_advice(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{_closed_port()}")
-    start = time.perf_counter()
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("HF_ENDPOINT", endpoint)
+    # how fast it fails is measured by bench/timing_limits.py, not here
     with pytest.raises(ConnectionError) as error:
         load_gsm8k("train", source="hub")
-    assert time.perf_counter() - start < 5.0
     message = str(error.value)
     assert "source='bundled'" in message and "openai/gsm8k" in message
+    assert endpoint in message
 
 
 @pytest.mark.usefixtures("no_proxy_env")
@@ -210,10 +210,11 @@ def test_hub_that_never_answers_times_out(monkeypatch: pytest.MonkeyPatch) -> No
         port = server.getsockname()[1]
         monkeypatch.setenv("HF_ENDPOINT", f"http://127.0.0.1:{port}")
         monkeypatch.setattr(data, "HUB_PROBE_TIMEOUT_S", 0.5)
-        start = time.perf_counter()
-        with pytest.raises(ConnectionError, match="source='bundled'"):
+        # how fast it gives up is measured by bench/timing_limits.py, not here
+        with pytest.raises(ConnectionError, match="source='bundled'") as error:
             load_gsm8k("test", source="hub")
-        assert time.perf_counter() - start < 3.0
+    # the probe gave up on its 0.5 s timeout (not, say, a refused connection)
+    assert re.search(r"timed out|no answer within 0\.5 s", str(error.value))
 
 
 @pytest.mark.usefixtures("no_proxy_env")
@@ -443,13 +444,14 @@ def test_thousand_distinct_problems(difficulty: int) -> None:
     assert len(set(rows["question"])) == 1000
 
 
-def gsm8k_tests_are_disjoint() -> None:
+def test_arithmetic_splits_are_disjoint_and_reproducible() -> None:
     train, held_out = make_arithmetic_splits(1000, 200, seed=0, difficulty=1)
     assert (len(train), len(held_out)) == (1000, 200)
     assert set(train["question"]).isdisjoint(held_out["question"])
     # the same seed gives the same split
-    again, _ = make_arithmetic_splits(1000, 200, seed=0, difficulty=1)
+    again, again_held_out = make_arithmetic_splits(1000, 200, seed=0, difficulty=1)
     assert list(again["question"]) == list(train["question"])
+    assert list(again_held_out["question"]) == list(held_out["question"])
 
 
 def test_arithmetic_rows_load_like_gsm8k(tmp_path: Path) -> None:

@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -38,23 +37,27 @@ def test_pytrio_rejects_unknown_options():
         engines.connect("pytrio", colour="blue")
 
 
-def test_pytrio_without_credentials_fails_fast_with_login_hint(tmp_path):
-    """No key: PyTRIO's AuthError at once. A key but no server: ControlAPIError
-    after the short retry window, not PyTRIO's 15 minutes. Both say `trio login`.
-    ``GRPO_BACKEND=pytrio`` picks PyTRIO when connect() names no backend."""
+def test_pytrio_without_credentials_fails_with_login_hint(tmp_path):
+    """No key: PyTRIO's AuthError. A key but no server: ControlAPIError once the
+    control retry window is over, a window connect() shortens from PyTRIO's 15
+    minutes to ``retry_timeout_seconds``. Both say `trio login`.
+    ``GRPO_BACKEND=pytrio`` picks PyTRIO when connect() names no backend.
+
+    How fast each call fails is measured by bench/timing_limits.py, not here."""
     script = textwrap.dedent(
         """
-        import json, time
+        import json
+        from pytrio.config.config import configuration
         from grpo_helpers.engines import connect
         results = []
         for kwargs in ({}, {"run_dir": "/tmp/x"},
                        {"api_key": "not-a-key", "retry_timeout_seconds": 1}):
-            t = time.perf_counter()
             try:
                 connect(**kwargs)
                 results.append(["connected"])
             except Exception as e:
-                results.append([type(e).__name__, str(e), time.perf_counter() - t])
+                window = configuration.control_retry_timeout_seconds
+                results.append([type(e).__name__, str(e), window])
         print(json.dumps(results))
         """
     )
@@ -65,22 +68,21 @@ def test_pytrio_without_credentials_fails_fast_with_login_hint(tmp_path):
         "GRPO_BACKEND": "pytrio",
         "PYTRIO_BASE_URL": "https://pytrio.invalid",
     }
-    start = time.perf_counter()
     proc = subprocess.run(
         [sys.executable, "-c", script],
         cwd=ROOT,
         env=env,
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=120,  # a guard against a hang, not a claim about speed
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
-    for name, message, seconds in results[:2]:
+    for name, message, window in results[:2]:
         assert name == "AuthError"
         assert "API key cannot be empty" in message and "trio login" in message
-        assert seconds < 5
-    name, message, seconds = results[2]
+        assert window == 10.0  # connect()'s default, not PyTRIO's 900 s
+    name, message, window = results[2]
     assert name in {"ControlAPIError", "AuthError"}
-    assert "trio login" in message and seconds < 30
-    assert time.perf_counter() - start < 90
+    assert "trio login" in message
+    assert window == 1  # the retry_timeout_seconds the caller asked for

