@@ -1,17 +1,30 @@
-"""A CPU run that shows GRPO working: SmolLM2-135M on arithmetic word problems.
+"""GRPO working on a CPU: train SmolLM2-135M, then score it on held-out problems.
 
-End to end, on the local engine, in one process:
+End to end, on the local engine, in one process per seed:
 
-1. evaluate the base model (greedy) on held-out problems it will never train on;
-2. train with GRPO (the async loop) on disjoint training problems;
-3. evaluate the trained checkpoint on the same held-out problems;
-4. save a plot (reward and accuracy per step, and both evaluations) as PNG and the
-   numbers as JSON in the run directory;
-5. print one final line: before / after exact accuracy with 95% Wilson intervals
-   and the McNemar p-value (lenient accuracy too, so a format gain is visible).
+1. evaluate the base model (greedy) on held-out arithmetic word problems;
+2. train with GRPO on disjoint training problems;
+3. evaluate the trained weights on the same held-out problems;
+4. write the numbers (JSON), a plot (PNG) and, with ``--record``, a recorded run
+   (``grpo_helpers.reference``) that notebooks 05-07 plot beside a learner's run;
+5. print one line per seed, then a ``RESULT`` line: exact and lenient accuracy
+   before -> after with McNemar's p, for every seed.
 
-    python bench/cpu_grpo_demo.py                 # the measured settings (~25 min)
-    python bench/cpu_grpo_demo.py --steps 2 --eval-n 20   # a smoke run
+Two presets:
+
+``--preset notebook``
+    Notebook 05's full defaults exactly (the sync loop), evaluated as notebook 07
+    does (100 held-out problems, greedy). What ``make series`` shows.
+``--preset demo``
+    The longer run of the README's results table (the async loop, 200 problems).
+
+Run::
+
+    python bench/cpu_grpo_demo.py --preset notebook --seeds 0 1 2
+    python bench/cpu_grpo_demo.py --preset demo --seeds 0 1 2
+    python bench/cpu_grpo_demo.py --preset notebook --seeds 0 \\
+        --record data/reference_runs/notebook-defaults
+    python bench/cpu_grpo_demo.py --quick     # tiny-random, seconds: a smoke run
 
 Every number printed is measured in this run; nothing is hard-coded.
 """
@@ -21,137 +34,237 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shlex
+import sys
 import time
 from pathlib import Path
+from typing import Any
 
-import matplotlib
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from grpo_helpers import evaluation, plotting, training  # noqa: E402
+from grpo_helpers import evaluation, plotting, reference, training  # noqa: E402
 from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
 
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
-def parse_args() -> argparse.Namespace:
+#: Training settings per preset; ``notebook`` must equal notebook 05's parameters
+#: cell at full size (tests/test_reference_runs.py checks it).
+PRESETS: dict[str, dict[str, Any]] = {
+    "notebook": {
+        "mode": "sync",
+        "steps": 16,
+        "batch_size": 2,
+        "group_size": 8,
+        "max_tokens": 48,
+        "lora_rank": 16,
+        "learning_rate": 5e-4,
+        "reward": "binary",
+        "temperature": 0.8,
+        "difficulty": 1,
+        "eval_n": 100,
+        "eval_max_tokens": 64,
+    },
+    "demo": {
+        "mode": "async",
+        "steps": 30,
+        "batch_size": 4,
+        "group_size": 8,
+        "max_tokens": 48,
+        "lora_rank": 16,
+        "learning_rate": 5e-4,
+        "reward": "binary",
+        "temperature": 0.8,
+        "difficulty": 1,
+        "eval_n": 200,
+        "eval_max_tokens": 64,
+    },
+    "quick": {
+        "mode": "sync",
+        "steps": 2,
+        "batch_size": 2,
+        "group_size": 4,
+        "max_tokens": 8,
+        "lora_rank": 4,
+        "learning_rate": 1e-2,
+        "reward": "shaped",
+        "temperature": 1.0,
+        "difficulty": 1,
+        "eval_n": 8,
+        "eval_max_tokens": 8,
+    },
+}
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--base-model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
-    p.add_argument("--difficulty", type=int, default=1)
-    p.add_argument("--steps", type=int, default=24)
-    p.add_argument("--batch-size", type=int, default=2)
-    p.add_argument("--group-size", type=int, default=8)
-    p.add_argument("--max-tokens", type=int, default=48)
-    p.add_argument("--temperature", type=float, default=0.8)
-    p.add_argument("--learning-rate", type=float, default=2e-4)
-    p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument("--reward", default="shaped", choices=("binary", "shaped"))
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--eval-n", type=int, default=200, help="held-out problems")
-    p.add_argument("--eval-max-tokens", type=int, default=48)
-    p.add_argument("--run-dir", default="runs/cpu-grpo-demo")
-    return p.parse_args()
+    p.add_argument("--preset", choices=sorted(PRESETS), default="notebook")
+    p.add_argument("--quick", action="store_true", help="tiny-random, a smoke run")
+    p.add_argument("--seeds", type=int, nargs="+", default=[0])
+    p.add_argument("--base-model", default=None, help="default: SmolLM2")
+    for name in PRESETS["notebook"]:
+        if name != "mode":
+            p.add_argument(f"--{name.replace('_', '-')}", default=None)
+    p.add_argument("--mode", choices=("sync", "async"), default=None)
+    p.add_argument("--out", default="bench/results", help="JSON and PNG go here")
+    p.add_argument("--runs", default="runs/cpu-grpo-demo", help="run directories")
+    p.add_argument(
+        "--record", default=None, help="write the first seed's recorded run here"
+    )
+    args = p.parse_args(argv)
+    if args.quick:
+        args.preset = "quick"
+        args.base_model = args.base_model or "tiny-random"
+    settings = dict(PRESETS[args.preset])
+    for name, default in PRESETS["notebook"].items():
+        value = getattr(args, name)
+        if value is not None:
+            settings[name] = type(default)(value)
+    args.settings = settings
+    args.base_model = args.base_model or SMOLLM2
+    return args
 
 
-def main() -> None:
-    args = parse_args()
-    started = time.time()
+def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
+    """Train and evaluate one seed; returns its numbers (and writes its files)."""
+    s = args.settings
+    name = f"{args.preset}-seed{seed}"
+    run_dir = ROOT / args.runs / name
     config = GRPOConfig(
         base_model=args.base_model,
         backend="local",
         dataset="arithmetic",
-        difficulty=args.difficulty,
-        steps=args.steps,
-        batch_size=args.batch_size,
-        group_size=args.group_size,
-        max_tokens=args.max_tokens,
-        temperature=args.temperature,
-        learning_rate=args.learning_rate,
-        lora_rank=args.lora_rank,
-        reward=args.reward,
-        seed=args.seed,
-        weights_name="cpu-grpo-demo",
-        run_dir=args.run_dir,
-        save_every=5,
+        difficulty=s["difficulty"],
+        steps=s["steps"],
+        batch_size=s["batch_size"],
+        group_size=s["group_size"],
+        max_tokens=s["max_tokens"],
+        temperature=s["temperature"],
+        learning_rate=s["learning_rate"],
+        lora_rank=s["lora_rank"],
+        reward=s["reward"],
+        seed=seed,
+        weights_name=name,
+        run_dir=str(run_dir),
+        save_every=0,
     )
-    run_dir = Path(args.run_dir)
+    started = time.time()
     service = connect("local", run_dir=run_dir / "checkpoints")
-    held_out = training.load_split(config, "test").select(range(args.eval_n))
-    eval_kwargs = dict(temperature=0.0, max_tokens=args.eval_max_tokens, concurrency=16)
-
+    held_out = training.load_split(config, "test").select(range(s["eval_n"]))
+    eval_kwargs = dict(
+        temperature=0.0, max_tokens=s["eval_max_tokens"], concurrency=16, progress=False
+    )
     base_sampler = service.create_sampling_client(base_model=config.model_name)
     tokenizer = base_sampler.get_tokenizer()
     base = evaluation.evaluate(
         base_sampler, tokenizer, held_out, name="base", **eval_kwargs
     )
-    print(evaluation.format_results_table([base]), flush=True)
-
     t_train = time.time()
-    result = asyncio.run(training.train_async(config, service, overwrite=True))
+    if s["mode"] == "sync":
+        result = training.train_sync(config, service, overwrite=True, progress=False)
+    else:
+        result = asyncio.run(
+            training.train_async(config, service, overwrite=True, progress=False)
+        )
     train_seconds = time.time() - t_train
-
     trained_sampler = service.create_sampling_client(
         base_model=config.model_name, model_path=result.weights_path
     )
     trained = evaluation.evaluate(
         trained_sampler, tokenizer, held_out, name="GRPO", **eval_kwargs
     )
-    exact = evaluation.compare(base, trained, "exact", names=("base", "GRPO"))
-    lenient = evaluation.compare(base, trained, "lenient", names=("base", "GRPO"))
-    print(evaluation.format_results_table([base, trained], exact))
-    print(lenient.summary_line())
-
+    total_seconds = time.time() - started
+    summary = reference.summarize_records(base.records, trained.records)
+    numbers = {
+        "preset": args.preset,
+        "seed": seed,
+        "settings": {**s, "base_model": args.base_model},
+        "summary": summary,
+        "base": _eval_numbers(base.summary),
+        "trained": _eval_numbers(trained.summary),
+        "train_seconds": round(train_seconds, 1),
+        "total_seconds": round(total_seconds, 1),
+        "seconds_per_step": round(train_seconds / max(s["steps"], 1), 1),
+    }
+    out = ROOT / args.out
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"cpu_grpo_demo-{name}.json").write_text(json.dumps(numbers, indent=2))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
     plotting.plot_training_curves(result.metrics, ax=axes[0])
     plotting.plot_accuracy_comparison(
         evaluation.accuracy_rows([base, trained]), ax=axes[1]
     )
-    axes[1].set_title(f"Held-out arithmetic problems (n={args.eval_n}), greedy")
-    png = run_dir / "cpu_grpo_demo.png"
-    fig.savefig(png, dpi=110)
-    total_seconds = time.time() - started
-    numbers = {
-        "settings": vars(args),
-        "base": {
-            k: base.summary[k]
-            for k in (
-                "exact_acc",
-                "exact_ci",
-                "lenient_acc",
-                "lenient_ci",
-                "boxed_frac",
-                "n",
-            )
-        },
-        "trained": {
-            k: trained.summary[k]
-            for k in (
-                "exact_acc",
-                "exact_ci",
-                "lenient_acc",
-                "lenient_ci",
-                "boxed_frac",
-                "n",
-            )
-        },
-        "exact_p_value": exact.p_value,
-        "lenient_p_value": lenient.p_value,
-        "train_seconds": train_seconds,
-        "total_seconds": total_seconds,
-        "weights_path": result.weights_path,
-    }
-    (run_dir / "cpu_grpo_demo.json").write_text(json.dumps(numbers, indent=2))
-    b, t = base.summary, trained.summary
-    print(
-        f"RESULT held-out n={args.eval_n}: exact {b['exact_acc']:.1%} "
-        f"[{b['exact_ci'][0]:.1%}, {b['exact_ci'][1]:.1%}] -> {t['exact_acc']:.1%} "
-        f"[{t['exact_ci'][0]:.1%}, {t['exact_ci'][1]:.1%}] (McNemar p = "
-        f"{exact.p_value:.2g}); lenient {b['lenient_acc']:.1%} -> "
-        f"{t['lenient_acc']:.1%} (p = {lenient.p_value:.2g}); training "
-        f"{train_seconds / 60:.1f} min, total {total_seconds / 60:.1f} min; "
-        f"plot {png}"
+    axes[1].set_title(f"Held-out arithmetic problems (n={s['eval_n']}), greedy")
+    fig.savefig(out / f"cpu_grpo_demo-{name}.png", dpi=100)
+    plt.close(fig)
+    if args.record and seed == args.seeds[0]:
+        command = "python bench/cpu_grpo_demo.py " + " ".join(
+            shlex.quote(a) for a in (args.argv or [])
+        )
+        reference.write_run(
+            ROOT / args.record,
+            command=command.strip(),
+            settings={**config.to_dict(), **s},
+            metrics=result.metrics,
+            samples=training.load_samples(run_dir),
+            base=base.records,
+            trained=trained.records,
+            extra={
+                "train_seconds": round(train_seconds, 1),
+                "total_seconds": round(total_seconds, 1),
+            },
+        )
+    return numbers
+
+
+def _eval_numbers(summary: dict[str, Any]) -> dict[str, Any]:
+    keys = ("n", "exact_acc", "exact_ci", "lenient_acc", "lenient_ci", "boxed_frac")
+    return {k: summary[k] for k in keys}
+
+
+def line(numbers: dict[str, Any]) -> str:
+    s = numbers["summary"]
+    e, le = s["exact"], s["lenient"]
+    return (
+        f"seed {numbers['seed']}: exact {e['before']:.0%} -> {e['after']:.0%} "
+        f"(p = {e['p_value']:.2g}); lenient {le['before']:.0%} -> "
+        f"{le['after']:.0%} (p = {le['p_value']:.2g}); training "
+        f"{numbers['train_seconds'] / 60:.1f} min, total "
+        f"{numbers['total_seconds'] / 60:.1f} min"
     )
+
+
+def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    args = parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)
+    print(f"preset {args.preset}: {json.dumps(args.settings)}", flush=True)
+    results = []
+    for seed in args.seeds:
+        numbers = run_seed(args, seed)
+        results.append(numbers)
+        print(line(numbers), flush=True)
+    out = ROOT / args.out
+    seeds = "-".join(str(s) for s in args.seeds)
+    (out / f"cpu_grpo_demo-{args.preset}-seeds{seeds}.json").write_text(
+        json.dumps(results, indent=2)
+    )
+    parts = []
+    for n in results:
+        e, le = n["summary"]["exact"], n["summary"]["lenient"]
+        parts.append(
+            f"seed {n['seed']} exact {e['before']:.0%}->{e['after']:.0%} "
+            f"p={e['p_value']:.1g} lenient {le['before']:.0%}->{le['after']:.0%} "
+            f"p={le['p_value']:.1g}"
+        )
+    print("RESULT " + "; ".join(parts))
+    return results
 
 
 if __name__ == "__main__":

@@ -24,10 +24,13 @@ from collections.abc import Iterable, Sequence
 
 __all__ = [
     "ADVANTAGE_SCALES",
+    "NORMALIZATIONS",
     "batch_summary",
     "degenerate_probability",
     "group_advantages",
     "is_degenerate",
+    "kl_penalty",
+    "length_scales",
 ]
 
 #: Valid values of ``scale`` in :func:`group_advantages`.
@@ -194,3 +197,137 @@ def batch_summary(groups_of_rewards: Sequence[Sequence[float]]) -> dict[str, flo
         "group_reward_std": math.fsum(stds) / n_groups,
         "reward_mean": math.fsum(means) / n_groups,
     }
+
+
+# ----------------------------------------------------------------------------------
+# Length normalisation and the KL penalty: both are transforms of the advantages,
+# because the engine's loss is a plain sum over tokens (see notebook 08).
+# ----------------------------------------------------------------------------------
+
+#: Valid values of ``mode`` in :func:`length_scales`.
+NORMALIZATIONS = ("token_sum", "sequence_mean", "token_mean", "constant")
+
+
+def length_scales(
+    lengths: Sequence[int], mode: str = "token_sum", max_tokens: int | None = None
+) -> list[float]:
+    """The factor each completion's advantage is multiplied by, per normalisation.
+
+    The engine minimises a plain **sum** over tokens, ``-sum_i sum_t rho_{i,t} A_i``,
+    so a completion of ``|o_i|`` tokens weighs ``|o_i|`` times in the gradient.
+    The objectives of the papers divide that sum differently; multiplying ``A_i`` by
+    ``s_i`` below gives exactly their per-token weights:
+
+    * ``"token_sum"``: ``s_i = 1``. The series' default (and the demo scripts'):
+      every token counts once, so long completions count more.
+    * ``"sequence_mean"``: ``s_i = 1 / |o_i|``. The original GRPO objective
+      (DeepSeekMath): average over each completion's tokens, then over completions;
+      a short completion's tokens weigh more than a long one's.
+    * ``"token_mean"``: ``s_i = 1 / sum_j |o_j|`` over the group. DAPO's
+      token-level loss: every token of the group weighs the same, whatever the
+      length of its completion.
+    * ``"constant"``: ``s_i = 1 / max_tokens``. Dr. GRPO: the token sum divided
+      by a constant, so no completion's length changes its tokens' weight.
+
+    Args:
+        lengths: completion lengths ``|o_i|`` of one group (each >= 1).
+        mode: one of :data:`NORMALIZATIONS`.
+        max_tokens: the sampling budget (needed for ``"constant"``).
+
+    Returns:
+        One factor per completion.
+
+    Raises:
+        ValueError: unknown mode, an empty completion, or ``"constant"`` without
+            ``max_tokens``.
+
+    Introduced in: 08_what_the_knobs_do.ipynb
+
+    Example:
+        >>> length_scales([2, 8], "sequence_mean")
+        [0.5, 0.125]
+        >>> length_scales([2, 8], "token_mean")
+        [0.1, 0.1]
+    """
+    if mode not in NORMALIZATIONS:
+        raise ValueError(
+            f"Unknown normalization {mode!r}; choose one of {', '.join(NORMALIZATIONS)}"
+        )
+    sizes = [int(n) for n in lengths]
+    if any(n < 1 for n in sizes):
+        raise ValueError(f"Completion lengths must be >= 1, got {sizes}")
+    if mode == "token_sum":
+        return [1.0] * len(sizes)
+    if mode == "sequence_mean":
+        return [1.0 / n for n in sizes]
+    if mode == "token_mean":
+        return [1.0 / sum(sizes)] * len(sizes)
+    if max_tokens is None or max_tokens < 1:
+        raise ValueError("normalization 'constant' needs max_tokens >= 1")
+    return [1.0 / max_tokens] * len(sizes)
+
+
+def kl_penalty(
+    sampled_logprobs: Sequence[Sequence[float]],
+    reference_logprobs: Sequence[Sequence[float]],
+    kl_coef: float,
+) -> tuple[list[list[float]], dict[str, float]]:
+    """Per-token advantage changes that penalise drifting from the reference model.
+
+    For every sampled token ``t`` of every completion, ``d_t = log pi(t) - log
+    pi_ref(t)`` (the sampler's logprob minus the reference model's). With ``d``
+    the mean of ``d_t`` over all tokens of the batch, each token's advantage gets
+
+        ``kl_coef * (d - d_t)``
+
+    as tinker-cookbook's KL penalty does: tokens the policy likes much more than the
+    reference did are pushed down, the others up, and the changes sum to zero over
+    the batch. (DeepSeekMath instead subtracts ``beta`` times the k3 estimate in
+    the loss. Its gradient per token, ``(1 - exp(-d_t)) grad log pi``, is
+    ``d_t grad log pi`` to first order in ``d_t``: near the reference both push the
+    same way; the mean ``d`` is only a baseline.)
+
+    Args:
+        sampled_logprobs: per completion, the sampler's logprob of each token.
+        reference_logprobs: per completion, the reference model's logprob of the
+            same tokens (same lengths).
+        kl_coef: the penalty's weight (``beta``); 0 gives zeros.
+
+    Returns:
+        ``(changes, metrics)``: one list of per-token changes per completion, and
+        ``kl_k1`` = mean of ``d_t`` and ``kl_k3`` = mean of
+        ``exp(-d_t) + d_t - 1``, two estimates of KL(pi || pi_ref) from the sampled
+        tokens (k3 is never negative).
+
+    Raises:
+        ValueError: the two lists do not have the same shapes.
+
+    Introduced in: 08_what_the_knobs_do.ipynb
+
+    Example:
+        >>> changes, m = kl_penalty([[-1.0, -2.0]], [[-1.5, -2.5]], 0.1)
+        >>> [round(c, 6) for c in changes[0]], m["kl_k1"]
+        ([0.0, 0.0], 0.5)
+    """
+    if len(sampled_logprobs) != len(reference_logprobs):
+        raise ValueError(
+            f"{len(sampled_logprobs)} sampled completions but "
+            f"{len(reference_logprobs)} reference ones"
+        )
+    diffs: list[list[float]] = []
+    for i, (sampled, ref) in enumerate(
+        zip(sampled_logprobs, reference_logprobs, strict=True)
+    ):
+        if len(sampled) != len(ref):
+            raise ValueError(
+                f"completion {i}: {len(sampled)} sampled logprobs but {len(ref)} "
+                "reference logprobs"
+            )
+        diffs.append([float(a) - float(b) for a, b in zip(sampled, ref, strict=True)])
+    flat = [d for row in diffs for d in row]
+    if not flat:
+        return [[] for _ in diffs], {"kl_k1": 0.0, "kl_k3": 0.0}
+    mean = sum(flat) / len(flat)
+    k3 = sum(math.exp(-d) + d - 1.0 for d in flat) / len(flat)
+    changes = [[kl_coef * (mean - d) for d in row] for row in diffs]
+    return changes, {"kl_k1": mean, "kl_k3": k3}

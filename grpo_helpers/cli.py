@@ -22,6 +22,8 @@ from grpo_helpers.config import (
     ADVANTAGE_SCALES,
     BACKENDS,
     DATASETS,
+    LOSS_FNS,
+    NORMALIZATIONS,
     REWARDS,
     SETTINGS,
     GRPOConfig,
@@ -82,6 +84,35 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-limit", type=int, default=d["eval_limit"].default)
     p.add_argument("--dataset", choices=DATASETS, default=d["dataset"].default)
     p.add_argument("--difficulty", type=int, default=d["difficulty"].default)
+    objective = p.add_argument_group(
+        "the objective's knobs (notebook 08; the defaults are the demo scripts')"
+    )
+    objective.add_argument("--loss-fn", choices=LOSS_FNS, default=d["loss_fn"].default)
+    objective.add_argument(
+        "--updates-per-batch",
+        type=int,
+        default=d["updates_per_batch"].default,
+        help="mu: optimiser steps on each batch of samples (use with --loss-fn ppo)",
+    )
+    objective.add_argument("--clip-low", type=float, default=d["clip_low"].default)
+    objective.add_argument("--clip-high", type=float, default=d["clip_high"].default)
+    objective.add_argument(
+        "--kl-coef",
+        type=float,
+        default=d["kl_coef"].default,
+        help="beta: KL penalty to the base model (0: none)",
+    )
+    objective.add_argument(
+        "--measure-kl",
+        action="store_true",
+        help="log the KL to the base model even when --kl-coef is 0",
+    )
+    objective.add_argument(
+        "--normalization",
+        choices=NORMALIZATIONS,
+        default=d["normalization"].default,
+        help="length normalisation of the advantages",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> GRPOConfig:

@@ -2,7 +2,9 @@
 
 ``GRPO_FAST=1`` turns on the fast mode: every notebook runs the same code path with
 smaller numbers (fewer rows, steps, samples and tokens), so the test suite can execute
-the whole series in minutes. ``GRPO_BACKEND`` picks the engine (``local`` or
+the whole series in minutes. ``GRPO_STRICT_CHECKS=1`` makes a failed exercise
+self-check raise instead of printing "not yet" (the tests set it when they run the
+notebooks with the solutions pasted in). ``GRPO_BACKEND`` picks the engine (``local`` or
 ``pytrio``) when code does not name one. ``GRPO_CACHE_DIR`` is where converted model
 weights and tokenizers are cached (default ``~/.cache/grpo-notebooks``).
 
@@ -16,6 +18,8 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from grpo_helpers.advantages import ADVANTAGE_SCALES, NORMALIZATIONS
+
 _TRUE = {"1", "true", "yes", "on"}
 
 
@@ -24,6 +28,7 @@ class Settings:
     """The environment, read once at import time."""
 
     fast: bool
+    strict_checks: bool
     backend: str
     cache_dir: Path
     project_root: Path
@@ -35,6 +40,7 @@ def _read_settings() -> Settings:
     cache = os.environ.get("GRPO_CACHE_DIR") or str(default_cache)
     return Settings(
         fast=os.environ.get("GRPO_FAST", "").strip().lower() in _TRUE,
+        strict_checks=os.environ.get("GRPO_STRICT_CHECKS", "").strip().lower() in _TRUE,
         backend=os.environ.get("GRPO_BACKEND", "local").strip().lower() or "local",
         cache_dir=Path(cache).expanduser(),
         project_root=root,
@@ -69,7 +75,7 @@ DEFAULT_BASE_MODELS = {
 }
 BACKENDS = tuple(DEFAULT_BASE_MODELS)
 REWARDS = ("binary", "shaped")
-ADVANTAGE_SCALES = ("none", "group")
+LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 DATASETS = ("gsm8k", "arithmetic")
 MODES = ("sync", "async")
 
@@ -112,6 +118,15 @@ class GRPOConfig:
     eval_limit: int = 0  # test questions to evaluate after training (0: none)
     dataset: str = "gsm8k"  # gsm8k | arithmetic (word problems a 135M model can learn)
     difficulty: int = 1  # arithmetic problems only
+    # The knobs of the full GRPO objective (notebook 08); the defaults are the demo
+    # scripts' loop: one unclipped update per batch, no KL, a plain token sum.
+    loss_fn: str = "importance_sampling"  # importance_sampling | ppo | cispo
+    updates_per_batch: int = 1  # mu: optimiser steps on each batch of samples
+    clip_low: float = 0.8  # ppo / cispo: lower bound of the ratio
+    clip_high: float = 1.2  # ppo / cispo: upper bound of the ratio
+    kl_coef: float = 0.0  # beta: KL penalty to the base model, in the advantages
+    measure_kl: bool = False  # log the KL to the base model even when kl_coef is 0
+    normalization: str = "token_sum"  # sequence_mean | token_mean | constant
 
     def __post_init__(self) -> None:
         self.validate()
@@ -173,6 +188,26 @@ class GRPOConfig:
                 self.difficulty in (1, 2, 3),
                 f"difficulty must be 1, 2 or 3, got {self.difficulty}",
             ),
+            (
+                self.loss_fn in LOSS_FNS,
+                f"unknown loss_fn {self.loss_fn!r}; choose one of "
+                f"{', '.join(LOSS_FNS)}",
+            ),
+            (
+                self.updates_per_batch >= 1,
+                f"updates_per_batch must be >= 1, got {self.updates_per_batch}",
+            ),
+            (
+                0 < self.clip_low <= 1 <= self.clip_high,
+                f"clip bounds must satisfy 0 < clip_low <= 1 <= clip_high, got "
+                f"{self.clip_low}, {self.clip_high}",
+            ),
+            (self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}"),
+            (
+                self.normalization in NORMALIZATIONS,
+                f"unknown normalization {self.normalization!r}; choose one of "
+                f"{', '.join(NORMALIZATIONS)}",
+            ),
             (bool(self.weights_name.strip()), "weights_name must not be empty"),
         ]
         errors = [message for ok, message in checks if not ok]
@@ -183,6 +218,22 @@ class GRPOConfig:
     def model_name(self) -> str:
         """The base model this run uses (the engine's default when not given)."""
         return self.base_model or DEFAULT_BASE_MODELS[self.backend]
+
+    @property
+    def loss_fn_config(self) -> dict[str, float] | None:
+        """``loss_fn_config`` for ``forward_backward``: the clip bounds of ppo and
+        cispo; None for importance_sampling (it has no knobs)."""
+        if self.loss_fn == "importance_sampling":
+            return None
+        return {
+            "clip_low_threshold": self.clip_low,
+            "clip_high_threshold": self.clip_high,
+        }
+
+    @property
+    def needs_reference(self) -> bool:
+        """Whether the loop needs the base model's logprobs (KL penalty or metric)."""
+        return self.kl_coef > 0 or self.measure_kl
 
     @property
     def run_path(self) -> Path:

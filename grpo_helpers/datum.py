@@ -93,12 +93,19 @@ def _checked_parts(
     return prompt, completion, logprobs, advantage
 
 
-def build_grpo_datum(prompt_tokens: Sequence[int], sample: RolloutSample) -> trio.Datum:
+def build_grpo_datum(
+    prompt_tokens: Sequence[int],
+    sample: RolloutSample,
+    token_advantages: Sequence[float] | None = None,
+) -> trio.Datum:
     """Turn one completion into a ``pytrio.Datum`` for the importance_sampling loss.
 
     Args:
         prompt_tokens: the prompt's token ids (``P >= 1`` of them).
         sample: the completion (``C >= 1`` tokens) with its logprobs and advantage.
+        token_advantages: optional, one advantage per completion token (``C``
+            values) instead of ``sample.advantage`` repeated: what a length
+            normalisation or a KL penalty produces (notebook 08).
 
     Returns:
         A Datum whose ``model_input`` is ``prompt + completion[:-1]`` (length
@@ -123,11 +130,21 @@ def build_grpo_datum(prompt_tokens: Sequence[int], sample: RolloutSample) -> tri
         [0.0, 0.0, 0.5, 0.5]
     """
     prompt, completion, logprobs, advantage = _checked_parts(prompt_tokens, sample)
+    per_token = [advantage] * len(completion)
+    if token_advantages is not None:
+        per_token = [float(a) for a in token_advantages]
+        if len(per_token) != len(completion):
+            raise ValueError(
+                f"{len(per_token)} token advantages for a completion of "
+                f"{len(completion)} tokens"
+            )
+        for index, value in enumerate(per_token):
+            _check_finite(f"token advantage {index}", value)
     observation_len = len(prompt) - 1
     input_tokens = prompt + completion[:-1]
     target_tokens = [0] * observation_len + completion
     padded_logprobs = [0.0] * observation_len + logprobs
-    padded_advantages = [0.0] * observation_len + [advantage] * len(completion)
+    padded_advantages = [0.0] * observation_len + per_token
     return trio.Datum(
         model_input=trio.ModelInput.from_ints(input_tokens),
         loss_fn_inputs={

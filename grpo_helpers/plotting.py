@@ -188,21 +188,119 @@ def plot_step_times(
     return ax
 
 
+#: The four panels of :func:`plot_run_curves`: (column, title, y label, y range).
+RUN_PANELS = (
+    ("reward_mean", "reward (mean of the step's completions)", "reward", (0, 1)),
+    ("accuracy", "training accuracy (exact)", "fraction", (0, 1)),
+    ("frac_degenerate", "degenerate groups (no learning signal)", "fraction", (0, 1)),
+    ("completion_tokens_mean", "completion length", "tokens", None),
+)
+
+
+def rolling_mean(values: Sequence[float] | pd.Series, window: int = 5) -> pd.Series:
+    """The mean of the last ``window`` values at each step (fewer at the start).
+
+    Example::
+
+        >>> rolling_mean([1.0, 3.0, 5.0, 7.0], window=2).tolist()
+        [1.0, 2.0, 4.0, 6.0]
+    """
+    return pd.Series(values, dtype=float).rolling(window, min_periods=1).mean()
+
+
+def plot_run_curves(
+    runs: Mapping[str, pd.DataFrame | str | Path],
+    axes: Sequence[plt.Axes] | np.ndarray | None = None,
+    window: int = 5,
+) -> np.ndarray:
+    """Reward, training accuracy, degenerate groups and completion length per step,
+    for one or more runs on the same axes.
+
+    Each step is a faint dot; the line is the rolling mean over ``window`` steps
+    (one step of 2 prompts is noisy; the trend is what to read).
+
+    Args:
+        runs: ``{label: metrics}`` (a metrics DataFrame, run directory or
+            ``metrics.jsonl``), e.g. ``{"your run": ..., recorded.label: ...}``.
+        axes: four axes to draw on; a new 2 x 2 figure when None.
+        window: steps in the rolling mean.
+
+    Returns:
+        The four axes, flattened.
+    """
+    if axes is None:
+        _, grid = plt.subplots(
+            2, 2, figsize=(FIGSIZE[0] * 2, FIGSIZE[1] * 1.8), layout="constrained"
+        )
+        axes = grid
+    flat = np.asarray(axes).ravel()
+    palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
+    for i, (label, metrics) in enumerate(runs.items()):
+        df = _metrics(metrics)
+        color = palette[i % len(palette)]
+        for ax, (column, _, _, _) in zip(flat, RUN_PANELS, strict=True):
+            if column not in df or not len(df):
+                continue
+            ax.plot(df["step"], df[column], "o", color=color, alpha=0.25, ms=3)
+            ax.plot(
+                df["step"],
+                rolling_mean(df[column], window),
+                "-",
+                color=color,
+                label=label,
+                linewidth=2,
+            )
+    for ax, (_, title, ylabel, ylim) in zip(flat, RUN_PANELS, strict=True):
+        ax.set(title=title, xlabel="step", ylabel=ylabel)
+        if ylim is not None:
+            ax.set_ylim(ylim[0] - 0.03, ylim[1] + 0.03)
+        _integer_steps(ax)
+        ax.grid(alpha=0.3)
+    flat[0].legend(fontsize=7, loc="best")
+    flat[0].figure.suptitle(
+        f"dots: each step; lines: rolling mean over {window} steps", fontsize=9
+    )
+    return flat
+
+
 class LivePlot:
-    """A training-curve figure that redraws in place after every step.
+    """Training curves that redraw in place after every step.
 
     Pass ``LivePlot()`` as ``on_step`` to ``train_sync`` / ``train_async``: in
     Jupyter the same output area is updated each step (no pile of figures); outside
     Jupyter it only keeps the last DataFrame.
+
+    Args:
+        reference: runs to draw beside this one, ``{label: metrics}`` (e.g. the
+            recorded run of ``grpo_helpers.reference``); None draws this run alone
+            (reward, accuracy and degenerate groups on one axes).
+        label: this run's legend entry.
+        lengths: with no reference, also draw completion lengths.
+        window: steps in the rolling mean (with a reference).
     """
 
-    def __init__(self, *, lengths: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        reference: Mapping[str, pd.DataFrame] | None = None,
+        label: str = "your run",
+        lengths: bool = False,
+        window: int = 5,
+    ) -> None:
+        self.reference = dict(reference or {})
+        self.label = label
         self.lengths = lengths
+        self.window = window
         self.handle: Any = None
         self.metrics: pd.DataFrame | None = None
 
-    def __call__(self, metrics: pd.DataFrame) -> None:
-        self.metrics = metrics
+    def figure(self, metrics: pd.DataFrame) -> plt.Figure:
+        """The figure for these metrics (what each redraw shows)."""
+        if self.reference:
+            axes = plot_run_curves(
+                {self.label: metrics, **self.reference}, window=self.window
+            )
+            return axes[0].figure
         ncols = 2 if self.lengths else 1
         fig, axes = plt.subplots(
             1,
@@ -214,6 +312,11 @@ class LivePlot:
         plot_training_curves(metrics, ax=axes[0][0])
         if self.lengths:
             plot_completion_lengths(metrics, ax=axes[0][1])
+        return fig
+
+    def __call__(self, metrics: pd.DataFrame) -> None:
+        self.metrics = metrics
+        fig = self.figure(metrics)
         try:
             from IPython import get_ipython
             from IPython.display import display
@@ -295,6 +398,63 @@ def plot_accuracy_comparison(
     )
     ax.legend(fontsize=8)
     return ax
+
+
+def plot_before_after(
+    runs: Mapping[str, tuple[Mapping[str, Any], Mapping[str, Any]]],
+    ax: plt.Axes | None = None,
+    grade: str = "exact",
+) -> plt.Axes:
+    """Held-out accuracy before and after training, one pair of bars per run.
+
+    Args:
+        runs: ``{label: (base summary, trained summary)}``, summaries as made by
+            ``evaluation.summarize`` (``exact_acc``, ``exact_ci``...).
+        grade: ``"exact"`` or ``"lenient"``.
+    """
+    ax = _axes(ax)
+    labels = list(runs)
+    x = np.arange(len(labels))
+    width = 0.38
+    for j, (which, color) in enumerate(
+        (("before", COLORS["base"]), ("after", COLORS["trained"]))
+    ):
+        acc = np.array([runs[k][j][f"{grade}_acc"] for k in labels])
+        lows = np.array([runs[k][j][f"{grade}_ci"][0] for k in labels])
+        highs = np.array([runs[k][j][f"{grade}_ci"][1] for k in labels])
+        bars = ax.bar(
+            x + (j - 0.5) * width,
+            acc,
+            width,
+            yerr=np.vstack([acc - lows, highs - acc]),
+            capsize=4,
+            color=color,
+            label=f"{which} GRPO",
+        )
+        for bar, value, high in zip(bars, acc, highs, strict=True):
+            ax.annotate(
+                f"{value:.0%}",
+                (bar.get_x() + bar.get_width() / 2, high),
+                ha="center",
+                va="bottom",
+                fontsize=8,
+                xytext=(0, 2),
+                textcoords="offset points",
+            )
+    ax.set_xticks(x, [_wrap(label, 28) for label in labels], fontsize=8)
+    ax.set(
+        ylabel=f"{grade} accuracy",
+        ylim=(0, 1.1),
+        title=f"Held-out {grade} accuracy, 95% Wilson intervals",
+    )
+    ax.legend(fontsize=8)
+    return ax
+
+
+def _wrap(text: str, width: int) -> str:
+    import textwrap
+
+    return "\n".join(textwrap.wrap(text, width))
 
 
 def plot_reward_distributions(

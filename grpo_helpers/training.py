@@ -32,7 +32,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,7 @@ import pandas as pd
 import pytrio as trio
 from tqdm.auto import tqdm
 
-from grpo_helpers.advantages import is_degenerate
+from grpo_helpers.advantages import is_degenerate, kl_penalty, length_scales
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.data import (
     batch_indices,
@@ -131,14 +131,126 @@ class PromptGroup:
         return is_degenerate(self.rewards)
 
 
-def build_step_datums(groups: Iterable[PromptGroup]) -> list[trio.Datum]:
-    """Datums of the non-degenerate groups (degenerate ones are skipped)."""
+def build_step_datums(
+    groups: Iterable[PromptGroup],
+    normalization: str = "token_sum",
+    max_tokens: int | None = None,
+    kl_changes: Sequence[Sequence[float]] | None = None,
+) -> list[trio.Datum]:
+    """Datums of the non-degenerate groups (degenerate ones are skipped).
+
+    Args:
+        groups: the step's prompt groups, rewards and advantages filled in.
+        normalization: how each completion's advantage is scaled by its length
+            (``advantages.length_scales``; ``"token_sum"`` leaves it as it is).
+        max_tokens: the sampling budget (for ``normalization="constant"``).
+        kl_changes: per completion of the non-degenerate groups, in order, the
+            per-token advantage changes of the KL penalty
+            (``advantages.kl_penalty``); None for no penalty.
+
+    Returns:
+        One Datum per completion of the non-degenerate groups. With the defaults
+        each is exactly ``build_grpo_datum(prompt_tokens, sample)``.
+    """
+    kept = [g for g in groups if not g.degenerate]
+    count = sum(len(g.samples) for g in kept)
+    if kl_changes is not None and len(kl_changes) != count:
+        raise ValueError(
+            f"{len(kl_changes)} KL changes for {count} completions to train on"
+        )
+    datums = []
+    position = 0
+    for group in kept:
+        scales = length_scales(
+            [len(s.tokens) for s in group.samples], normalization, max_tokens
+        )
+        for sample, scale in zip(group.samples, scales, strict=True):
+            change = None if kl_changes is None else kl_changes[position]
+            position += 1
+            if scale == 1.0 and change is None:
+                datums.append(build_grpo_datum(group.prompt_tokens, sample))
+                continue
+            per_token = [sample.advantage * scale] * len(sample.tokens)
+            if change is not None:
+                per_token = [a + c for a, c in zip(per_token, change, strict=True)]
+            datums.append(build_grpo_datum(group.prompt_tokens, sample, per_token))
+    return datums
+
+
+def trained_samples(groups: Iterable[PromptGroup]) -> list[tuple[list[int], Any]]:
+    """(prompt tokens, sample) of every completion of the non-degenerate groups."""
     return [
-        build_grpo_datum(group.prompt_tokens, sample)
+        (group.prompt_tokens, sample)
         for group in groups
         if not group.degenerate
         for sample in group.samples
     ]
+
+
+def reference_inputs(groups: Iterable[PromptGroup]) -> list[trio.ModelInput]:
+    """What to ask the reference model: prompt + completion of each trained sample."""
+    return [
+        trio.ModelInput.from_ints(list(prompt) + list(sample.tokens))
+        for prompt, sample in trained_samples(groups)
+    ]
+
+
+def kl_terms(
+    groups: list[PromptGroup],
+    reference: Sequence[Sequence[float | None]],
+    kl_coef: float,
+) -> tuple[list[list[float]], dict[str, float]]:
+    """The KL penalty's per-token changes and the KL metrics of a step.
+
+    Args:
+        groups: the step's groups.
+        reference: per trained sample (see :func:`reference_inputs`), the reference
+            model's ``compute_logprobs`` of prompt + completion.
+        kl_coef: the penalty's weight.
+    """
+    samples = trained_samples(groups)
+    ref_completion = [
+        [float(v) for v in values[len(values) - len(sample.tokens) :]]
+        for values, (_, sample) in zip(reference, samples, strict=True)
+    ]
+    return kl_penalty([s.logprobs for _, s in samples], ref_completion, kl_coef)
+
+
+def ratio_metrics(
+    outputs: Sequence[Any],
+    datums: Sequence[trio.Datum],
+    clip_low: float,
+    clip_high: float,
+) -> dict[str, float]:
+    """Mean learner/sampler ratio and the fraction of tokens the clip stops.
+
+    Over the completion tokens (non-zero advantage) of every update of a step:
+    ``ratio = exp(learner logprob - sampler logprob)``; a token is *clipped* when
+    the PPO objective stops pushing it: ``ratio > clip_high`` with a positive
+    advantage, or ``ratio < clip_low`` with a negative one. With one update per
+    batch the ratio is 1 (up to float noise) and nothing is clipped.
+
+    Args:
+        outputs: the ``ForwardBackwardOutput`` of each update.
+        datums: the step's Datums (their sampler logprobs and advantages).
+    """
+    ratios: list[float] = []
+    clipped = 0
+    for out in outputs:
+        for datum, result in zip(datums, out.loss_fn_outputs, strict=True):
+            adv = np.asarray(datum.loss_fn_inputs["advantages"].tolist(), dtype=float)
+            old = np.asarray(datum.loss_fn_inputs["logprobs"].tolist(), dtype=float)
+            new = np.asarray(result["logprobs"].tolist(), dtype=float)
+            active = adv != 0
+            ratio = np.exp(new[active] - old[active])
+            ratios.extend(ratio.tolist())
+            a = adv[active]
+            clipped += int(
+                np.sum((a > 0) & (ratio > clip_high) | (a < 0) & (ratio < clip_low))
+            )
+    if not ratios:
+        return {"ratio_mean": math.nan, "clip_frac": math.nan}
+    return {"ratio_mean": float(np.mean(ratios)), "clip_frac": clipped / len(ratios)}
 
 
 def _grad_norm(optim_metrics: dict[str, float]) -> float:
@@ -156,6 +268,7 @@ def step_metrics(
     loss_metrics: dict[str, float],
     optim_metrics: dict[str, float],
     seconds: dict[str, float],
+    objective: dict[str, float] | None = None,
 ) -> dict[str, Any]:
     """One row of metrics for one step (before cumulative token counts).
 
@@ -167,10 +280,14 @@ def step_metrics(
         loss_metrics: ``ForwardBackwardOutput.metrics`` (``loss_sum``...), or {}.
         optim_metrics: ``OptimStepResponse.metrics`` (grad norm...), or {}.
         seconds: wall-clock seconds spent ``sampling``, ``training`` and ``total``.
+        objective: the objective's own metrics (``ratio_mean``, ``clip_frac``,
+            ``kl_k1``, ``kl_k3``, ``updates``), NaN where not measured.
 
     Returns:
         A flat dict; ``reward_mean`` is the mean reward over all completions,
-        ``accuracy`` the fraction whose boxed answer is exactly right.
+        ``accuracy`` the fraction whose boxed answer is exactly right,
+        ``entropy`` the mean negative logprob of the sampled tokens (an estimate
+        of the sampler's entropy per token at temperature 1).
     """
     samples = [s for g in groups for s in g.samples]
     lengths = [len(s.tokens) for s in samples]
@@ -201,10 +318,15 @@ def step_metrics(
         "prefill_tokens": sum(len(g.prompt_tokens) for g in groups),
         "sampled_tokens": int(sum(lengths)),
         "trained_tokens": int(sum(d.model_input.length for d in datums)),
+        "entropy": -float(np.mean([lp for s in samples for lp in s.logprobs])),
+        **{key: math.nan for key in OBJECTIVE_METRICS},
+        **(objective or {}),
     }
 
 
 TOKEN_COUNTERS = ("prefill_tokens", "sampled_tokens", "trained_tokens")
+#: Metrics of the objective's knobs (notebook 08); NaN when not measured.
+OBJECTIVE_METRICS = ("ratio_mean", "clip_frac", "kl_k1", "kl_k3", "updates")
 
 
 def format_step_line(row: dict[str, Any]) -> str:
@@ -316,7 +438,8 @@ class RunDirectory:
         _write_json_atomic(self.config_path, self.config.to_dict())
 
     def _check_same_config(self) -> None:
-        saved = json.loads(self.config_path.read_text())
+        # Fields added after the run was written take their defaults.
+        saved = GRPOConfig.from_dict(json.loads(self.config_path.read_text())).to_dict()
         now = self.config.to_dict()
         diffs = [
             f"{k}: run has {saved.get(k)!r}, you asked for {now[k]!r}"
@@ -434,6 +557,12 @@ class _Run:
         self.base_params = make_sampling_params(
             self.tokenizer, config.max_tokens, config.temperature, config.top_p
         )
+        # The reference policy of the KL penalty: the base model (no adapter).
+        self.reference = (
+            service.create_sampling_client(base_model=config.model_name)
+            if config.needs_reference
+            else None
+        )
         if self.run.start_step > 0:
             self.log(f"Resuming {self.run.path} at step {self.run.start_step}")
 
@@ -459,6 +588,36 @@ class _Run:
         seed = derive_seed(self.config.seed, step, prompt)
         return self.base_params.model_copy(update={"seed": seed})
 
+    def datums(
+        self, groups: list[PromptGroup], reference: Sequence[Any] | None
+    ) -> tuple[list[trio.Datum], dict[str, float]]:
+        """The step's Datums, with the objective's advantage transforms, and the
+        KL metrics when the reference model's logprobs were computed."""
+        config = self.config
+        changes = None
+        objective: dict[str, float] = {}
+        if reference is not None and reference:
+            changes, objective = kl_terms(groups, reference, config.kl_coef)
+            if config.kl_coef == 0:
+                changes = None
+        datums = build_step_datums(
+            groups, config.normalization, config.max_tokens, changes
+        )
+        return datums, objective
+
+    def update_metrics(
+        self, outputs: list[tuple[Any, Any]], datums: list[trio.Datum]
+    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
+        """(loss metrics, optimiser metrics) of the first update, and the ratio
+        metrics over all ``updates_per_batch`` updates of the step."""
+        config = self.config
+        ratios = ratio_metrics(
+            [fb for fb, _ in outputs], datums, config.clip_low, config.clip_high
+        )
+        ratios["updates"] = float(len(outputs))
+        first_fb, first_optim = outputs[0]
+        return dict(first_fb.metrics), dict(first_optim.metrics or {}), ratios
+
     def finish_step(
         self,
         step: int,
@@ -467,6 +626,7 @@ class _Run:
         loss_metrics: dict[str, float],
         optim_metrics: dict[str, float],
         seconds: dict[str, float],
+        objective: dict[str, float] | None = None,
     ) -> None:
         row = step_metrics(
             step,
@@ -476,6 +636,7 @@ class _Run:
             loss_metrics,
             optim_metrics,
             seconds,
+            objective,
         )
         for key in TOKEN_COUNTERS:
             self.cumulative[key] += row[key]
@@ -588,17 +749,30 @@ def train_sync(
             )
             groups.append(PromptGroup(index, tokens, gold, samples))
         t1 = time.perf_counter()
-        datums = build_step_datums(groups)
+        reference = None
+        if r.reference is not None:  # the base model's logprobs, for the KL
+            futures = [
+                r.reference.compute_logprobs(x) for x in reference_inputs(groups)
+            ]
+            reference = [future.result() for future in futures]
+        datums, objective = r.datums(groups, reference)
         loss_metrics: dict[str, float] = {}
         optim_metrics: dict[str, float] = {}
         if datums:
-            fb_future = tc.forward_backward(datums, loss_fn="importance_sampling")
-            optim_future = tc.optim_step(r.adam_params)
-            loss_metrics = dict(fb_future.result().metrics)
-            optim_metrics = dict(optim_future.result().metrics or {})
+            outputs = []
+            for _ in range(config.updates_per_batch):  # mu updates on one batch
+                fb_future = tc.forward_backward(
+                    datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
+                )
+                optim_future = tc.optim_step(r.adam_params)
+                outputs.append((fb_future.result(), optim_future.result()))
+            loss_metrics, optim_metrics, ratios = r.update_metrics(outputs, datums)
+            objective |= ratios
         t2 = time.perf_counter()
         seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
-        r.finish_step(step, groups, datums, loss_metrics, optim_metrics, seconds)
+        r.finish_step(
+            step, groups, datums, loss_metrics, optim_metrics, seconds, objective
+        )
         if r.should_checkpoint(step):
             saved = tc.save_state(r.state_name(step), overwrite=True).result()
             r.run.record_checkpoint(step, saved.path)
@@ -667,19 +841,32 @@ async def train_async(
             for (index, _row, tokens, gold), samples in zip(batch, results, strict=True)
         ]
         t1 = time.perf_counter()
-        datums = build_step_datums(groups)
+        reference = None
+        if r.reference is not None:  # the base model's logprobs, for the KL
+            reference = await asyncio.gather(
+                *[
+                    r.reference.compute_logprobs_async(x)
+                    for x in reference_inputs(groups)
+                ]
+            )
+        datums, objective = r.datums(groups, reference)
         loss_metrics: dict[str, float] = {}
         optim_metrics: dict[str, float] = {}
         if datums:
-            fb_future = await tc.forward_backward_async(
-                datums, loss_fn="importance_sampling"
-            )
-            optim_future = await tc.optim_step_async(r.adam_params)
-            loss_metrics = dict((await fb_future).metrics)
-            optim_metrics = dict((await optim_future).metrics or {})
+            outputs = []
+            for _ in range(config.updates_per_batch):  # mu updates on one batch
+                fb_future = await tc.forward_backward_async(
+                    datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
+                )
+                optim_future = await tc.optim_step_async(r.adam_params)
+                outputs.append((await fb_future, await optim_future))
+            loss_metrics, optim_metrics, ratios = r.update_metrics(outputs, datums)
+            objective |= ratios
         t2 = time.perf_counter()
         seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
-        r.finish_step(step, groups, datums, loss_metrics, optim_metrics, seconds)
+        r.finish_step(
+            step, groups, datums, loss_metrics, optim_metrics, seconds, objective
+        )
         if r.should_checkpoint(step):
             future = await tc.save_state_async(r.state_name(step), overwrite=True)
             r.run.record_checkpoint(step, (await future).path)

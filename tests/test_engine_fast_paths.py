@@ -484,3 +484,32 @@ def test_fast_paths_on_smollm2_with_series_datums(tmp_path):
     # At ratio 1, loss_sum = -sum(A_i * C_i): terms of about 1 that cancel.
     scale = sum(abs(s.advantage) * len(s.tokens) for s in group)
     assert_same(*results, loss_scale=scale)
+
+
+@pytest.mark.parametrize("merged", [True, False])
+def test_scoring_prompts_that_share_a_prefix(tmp_path, merged):
+    """compute_logprobs of a group (prompt + completions, as the KL reference does)
+    runs the shared prompt once: same numbers as scoring each alone, and as
+    teacher forcing on the training client."""
+    svc = engine(tmp_path, merged_sampler=merged)
+    tc = perturbed_client(svc)
+    sampler = tc.save_weights_and_get_sampling_client()
+    gen = torch.Generator().manual_seed(9)
+    prompt = random_tokens(gen, 30)
+    sequences = [prompt + random_tokens(gen, n) for n in (1, 5, 9)]
+    sequences.append(random_tokens(gen, 12))  # shares nothing
+    alone = [
+        sampler.compute_logprobs(trio.ModelInput.from_ints(s)).result()
+        for s in sequences
+    ]
+    scheduler = tc._host.scheduler
+    with scheduler.hold():  # all four in one batch: the shared path
+        futures = [
+            sampler.compute_logprobs(trio.ModelInput.from_ints(s)) for s in sequences
+        ]
+    together = [f.result() for f in futures]
+    for seq, a, b in zip(sequences, alone, together, strict=True):
+        assert a[0] is None and b[0] is None and len(b) == len(seq)
+        np.testing.assert_allclose(a[1:], b[1:], atol=1e-4)
+        teacher = teacher_forced(tc, seq[:1], seq[1:])
+        np.testing.assert_allclose(b[1:], teacher, atol=1e-4)

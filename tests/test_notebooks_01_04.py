@@ -22,6 +22,7 @@ import io
 import math
 import random
 import re
+from dataclasses import replace
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -33,7 +34,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_helpers import advantages, data, datum, rewards
+from grpo_helpers import advantages, checks, data, datum, rewards
+from grpo_helpers.config import SETTINGS
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -170,16 +172,23 @@ def test_stripped_explicit_and_complete(stem: str) -> None:
     headings = [c.source for c in nb.cells if c.cell_type == "markdown"]
     assert any(h.startswith("## Summary") for h in headings)
     assert any("## Exercises" in h for h in headings)
-    # one stub per code exercise, each followed by its self-check (plus the helper)
+    # one stub per code exercise, each followed by its self-check; the check helper
+    # is the package's (checks.self_check), not a copy in every notebook
     assert len(tagged(stem, "exercise")) == len(EXERCISE_NAMES[stem])
-    assert len(tagged(stem, "self-check")) == len(EXERCISE_NAMES[stem]) + 1
+    assert len(tagged(stem, "self-check")) == len(EXERCISE_NAMES[stem])
+    assert not any("def self_check" in cell.source for cell in code_cells(stem))
+    # reference answers come from notebooks/solutions/, not from the check cells
+    for source in tagged(stem, "self-check"):
+        assert "_reference(" not in source
 
 
 # --------------------------------------------------------------------------- exercises
 
 
 @pytest.mark.parametrize("stem", STEMS)
-def test_solutions_pass_the_notebook_self_checks(stem: str) -> None:
+def test_solutions_pass_the_notebook_self_checks(stem: str, monkeypatch) -> None:
+    # Strict, as under nbmake with the solutions: a failing check raises.
+    monkeypatch.setattr(checks, "SETTINGS", replace(SETTINGS, strict_checks=True))
     solution = load_solution(stem)
     answers = {name: getattr(solution, name) for name in EXERCISE_NAMES[stem]}
     results = self_check_results(stem, answers)
@@ -192,9 +201,16 @@ def test_stubs_report_not_yet_without_raising(stem: str) -> None:
     namespace = opening_namespace(stem)
     run_cells(tagged(stem, "exercise"), namespace)
     stubs = {name: namespace[name] for name in EXERCISE_NAMES[stem]}
-    results = self_check_results(stem, stubs)
+    namespace = opening_namespace(stem)
+    namespace.update(stubs)
+    output = run_cells(tagged(stem, "self-check"), namespace)
+    results = [line for line in output.splitlines() if line.startswith("exercise ")]
     expected = [f"exercise {n}: not yet" for n in range(1, len(stubs) + 1)]
     assert results == expected
+    # Each "not yet" comes with a hint, and no hint shows a wanted value.
+    hints = [line for line in output.splitlines() if line.startswith("    ")]
+    assert len(hints) == len(stubs)
+    assert all("want" not in hint for hint in hints)
 
 
 def test_solutions_directly() -> None:

@@ -585,6 +585,7 @@ def test_notebook_self_checks_accept_the_solutions(key, overrides, runs, monkeyp
     from nbclient import NotebookClient
 
     monkeypatch.setenv("GRPO_FAST", "1")  # the kernel inherits it
+    monkeypatch.setenv("GRPO_STRICT_CHECKS", "1")  # a failing check raises
     nb = _with_solutions(key, overrides)
     try:
         NotebookClient(

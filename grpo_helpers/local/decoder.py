@@ -66,6 +66,21 @@ class Decoder(Protocol):
         """Keep (or repeat) cache rows ``rows``, in that order."""
         ...
 
+    def copy_rows(self, cache: Any, rows: torch.Tensor) -> Any:
+        """A new cache holding rows ``rows`` of ``cache`` (which stays as it is)."""
+        ...
+
+    def extend(
+        self,
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor,
+        positions: torch.Tensor,
+        cache: Any,
+    ) -> torch.Tensor:
+        """Run ``[B, S]`` more tokens (right-padded) on top of a cache; return their
+        logits ``[B, S, V]``. ``attention_mask`` covers cache and new tokens."""
+        ...
+
 
 # ------------------------------------------------------------------ transformers
 
@@ -101,6 +116,24 @@ class HFDecoder:
 
     def select(self, cache, rows):  # noqa: ANN001, ANN201
         cache.batch_select_indices(rows)
+
+    def copy_rows(self, cache, rows):  # noqa: ANN001, ANN201
+        import copy
+
+        copied = copy.copy(cache)
+        copied.layers = [copy.copy(layer) for layer in cache.layers]
+        copied.batch_select_indices(rows)  # index_select: new tensors
+        return copied
+
+    def extend(self, tokens, attention_mask, positions, cache):  # noqa: ANN001, ANN201
+        out = self.model(
+            input_ids=tokens,
+            attention_mask=attention_mask,
+            position_ids=positions,
+            cache=cache,
+            use_cache=True,
+        )
+        return out.logits
 
 
 def _kv_cache(model: Any, capacity: int) -> Any:
@@ -351,6 +384,29 @@ class MergedLlamaDecoder:
     def select(self, cache: KVCache, rows: torch.Tensor) -> None:
         cache.keys = [k.index_select(0, rows) for k in cache.keys]
         cache.values = [v.index_select(0, rows) for v in cache.values]
+
+    def copy_rows(self, cache: KVCache, rows: torch.Tensor) -> KVCache:
+        copied = KVCache(
+            [k.index_select(0, rows) for k in cache.keys],
+            [v.index_select(0, rows) for v in cache.values],
+        )
+        copied.length = cache.length
+        return copied
+
+    def extend(self, tokens, attention_mask, positions, cache):  # noqa: ANN001, ANN201
+        batch, seq = tokens.shape
+        past = cache.length
+        total = past + seq
+        # Query i sees every cached key and the new keys up to itself; padded
+        # queries see themselves at least (finite values nobody reads).
+        causal = torch.ones(seq, total, dtype=torch.bool, device=self.device).tril(
+            diagonal=past
+        )
+        mask = causal[None, None] & attention_mask.bool()[:, None, None, :]
+        own = torch.arange(seq, device=self.device)
+        mask[:, :, own, past + own] = True
+        hidden = self._forward(tokens, positions, cache, mask)
+        return _linear(self._norm(hidden, self.final_norm), self.head)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)

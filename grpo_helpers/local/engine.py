@@ -1331,6 +1331,7 @@ class LocalSamplingClient:
     def compute_logprobs(self, prompt: ModelInput) -> APIFuture[list[float | None]]:
         """``log p(prompt[t] | prompt[:t])`` for every prompt token; None at t = 0."""
         request = self._request(prompt, 1, SamplingParams(max_tokens=1), True, 0, False)
+        request.prompt_only = True  # score the prompt, sample nothing
         self._host.scheduler.submit(request)
         return APIFuture(request.future).map(lambda r: r.prompt_logprobs)
 

@@ -363,7 +363,10 @@ class SamplingScheduler:
             rows = 0
             for req in self._pending:
                 fits = not batch or rows + req.rows <= self.max_rows
-                same = req.weights_key is head.weights_key and req.merged == head.merged
+                same = req.weights_key is head.weights_key and (
+                    req.merged,
+                    req.prompt_only,
+                ) == (head.merged, head.prompt_only)
                 if same and fits:
                     batch.append(req)
                     rows += req.rows

@@ -55,6 +55,8 @@ class GenerationRequest:
             share a batch.
         merged: sample with the merged-weights decoder (False: the adapter runs
             unmerged, through ``transformers`` and peft).
+        prompt_only: only the prompt's logprobs are wanted (``compute_logprobs``):
+            nothing is sampled, and prompts that share a prefix compute it once.
         future: resolved with the ``SampleResponse``.
     """
 
@@ -66,6 +68,7 @@ class GenerationRequest:
     return_text: bool = True
     weights_key: Any = None
     merged: bool = True
+    prompt_only: bool = False
     future: Future = field(default_factory=Future)
 
     @property
@@ -212,6 +215,19 @@ def generate(
         ``"stop"`` or ``"length"``. ``input_tokens`` is the prompt length (encoded
         once per request), ``output_tokens`` the number of sampled tokens.
     """
+    if all(r.prompt_only for r in requests):
+        return [
+            SampleResponse(
+                sequences=[],
+                prompt_logprobs=values,
+                topk_prompt_logprobs=top,
+                input_tokens=len(r.prompt),
+                output_tokens=0,
+            )
+            for r, (values, top) in zip(
+                requests, score_prompts(decoder, requests, pad_token_id), strict=True
+            )
+        ]
     device = decoder.device
     n_req = len(requests)
     lengths = [len(r.prompt) for r in requests]
@@ -344,6 +360,63 @@ def generate(
             )
         )
     return responses
+
+
+@torch.no_grad()
+def score_prompts(
+    decoder: Decoder, requests: list[GenerationRequest], pad_token_id: int = 0
+) -> list[tuple[list[float | None], list]]:
+    """``log p(prompt[t] | prompt[:t])`` of every request's prompt, nothing sampled.
+
+    Prompts that share a prefix (a GRPO group's prompt + completions, scored by the
+    reference model of the KL penalty) run that prefix once: the prefix is
+    prefilled, its keys and values copied to one cache row per member, and the
+    members' remaining tokens run on top, right-padded.
+    """
+    from grpo_helpers.local.prefix import plan_chunks, plan_shared_prefixes
+
+    device = decoder.device
+    out: list[tuple[list[float | None], list] | None] = [None] * len(requests)
+    for group in plan_shared_prefixes([r.prompt for r in requests]):
+        p = group.prefix_len if group.shared else 0
+        if p == 0:
+            for i in group.members:
+                r = requests[i]
+                ids = torch.tensor([r.prompt], device=device)
+                ones = torch.ones_like(ids)
+                positions = torch.arange(len(r.prompt), device=device)[None]
+                logits, _ = decoder.prefill(ids, ones, positions, len(r.prompt), True)
+                out[i] = _prompt_logprobs(logits[0], r.prompt, r.topk_prompt_logprobs)
+            continue
+        members = [requests[i] for i in group.members]
+        prefix = torch.tensor([members[0].prompt[:p]], device=device)
+        positions = torch.arange(p, device=device)[None]
+        width = max(len(r.prompt) for r in members) - p
+        head, cache = decoder.prefill(
+            prefix, torch.ones_like(prefix), positions, p + width, True
+        )
+        lengths = [len(r.prompt) - p for r in members]
+        for chunk in plan_chunks(lengths, budget=2048):
+            rows = torch.zeros(len(chunk), dtype=torch.long, device=device)
+            chunk_cache = decoder.copy_rows(cache, rows)
+            w = max(lengths[m] for m in chunk)
+            ids = torch.full((len(chunk), w), pad_token_id, dtype=torch.long)
+            mask = torch.zeros((len(chunk), p + w), dtype=torch.long)
+            mask[:, :p] = 1
+            for b, m in enumerate(chunk):
+                ids[b, : lengths[m]] = torch.tensor(members[m].prompt[p:])
+                mask[b, p : p + lengths[m]] = 1
+            pos = torch.arange(p, p + w)[None].expand(len(chunk), w)
+            tail = decoder.extend(
+                ids.to(device), mask.to(device), pos.to(device), chunk_cache
+            )
+            for b, m in enumerate(chunk):
+                logits = torch.cat([head[0], tail[b, : lengths[m]]])
+                r = members[m]
+                out[group.members[m]] = _prompt_logprobs(
+                    logits, r.prompt, r.topk_prompt_logprobs
+                )
+    return [o for o in out if o is not None]
 
 
 def _hits_stop(

@@ -1,0 +1,342 @@
+"""Recorded runs: a finished GRPO run, small enough to ship, to plot beside yours.
+
+A class that cannot wait for SmolLM2 to train, or a laptop in fast mode, still
+deserves real curves and a real before/after. ``bench/cpu_grpo_demo.py --record``
+writes a run in this format, and ``data/reference_runs/`` ships one; notebooks 05,
+06 and 07 plot it next to the learner's own run, labelled with the command, date
+and machine that made it.
+
+A recorded run is a directory::
+
+    meta.json            settings, command, date, hardware, versions, summary
+    metrics.jsonl        one line per training step (training.step_metrics)
+    samples.jsonl        a few completions per step (text, reward, advantage)
+    eval_base.jsonl      per-question evaluation records of the base model
+    eval_trained.jsonl   the same questions, for the trained weights
+
+Every path inside is relative to the project, never absolute; accuracies in
+``meta.json`` are recomputed from the records by :func:`check_run`.
+
+Example::
+
+    >>> from grpo_helpers import reference
+    >>> run = reference.load_run()  # doctest: +SKIP
+    >>> run.label  # doctest: +SKIP
+    'recorded run (python bench/cpu_grpo_demo.py --preset notebook --seed 0, ...)'
+
+Introduced in: 05_sync_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import importlib.metadata
+import json
+import os
+import platform
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpo_helpers.config import SETTINGS
+
+#: Where shipped recorded runs live.
+REFERENCE_DIR = SETTINGS.project_root / "data" / "reference_runs"
+#: The run notebooks 05-07 plot beside the learner's.
+DEFAULT_RUN = "notebook-defaults"
+SCHEMA = "grpo-notebooks-recorded-run/1"
+FILES = (
+    "meta.json",
+    "metrics.jsonl",
+    "samples.jsonl",
+    "eval_base.jsonl",
+    "eval_trained.jsonl",
+)
+META_KEYS = ("schema", "command", "date", "hardware", "versions", "settings", "summary")
+METRIC_KEYS = (
+    "step",
+    "reward_mean",
+    "accuracy",
+    "frac_degenerate",
+    "completion_tokens_mean",
+    "seconds_sampling",
+    "seconds_training",
+)
+RECORD_KEYS = ("index", "question", "gold", "completion", "exact", "lenient", "boxed")
+_VERSIONED = ("grpo-helpers", "pytrio", "torch", "transformers", "peft")
+
+
+@dataclass
+class RecordedRun:
+    """A recorded run, loaded.
+
+    Attributes:
+        path: its directory.
+        meta: ``meta.json``: settings, command, date, hardware, versions, summary.
+        metrics: one row per step.
+        samples: a few completions per step.
+        base, trained: per-question evaluation records of the two models.
+    """
+
+    path: Path
+    meta: dict[str, Any]
+    metrics: pd.DataFrame
+    samples: pd.DataFrame
+    base: pd.DataFrame
+    trained: pd.DataFrame
+
+    @property
+    def label(self) -> str:
+        """``recorded run (command, date, machine)``: the legend of its curves."""
+        m = self.meta
+        return f"recorded run ({m['command']}, {m['date'][:10]}, {m['hardware']})"
+
+    def summary(self) -> dict[str, Any]:
+        """Accuracies recomputed from the records (the same numbers as ``meta``)."""
+        return summarize_records(self.base, self.trained)
+
+
+def summarize_records(base: pd.DataFrame, trained: pd.DataFrame) -> dict[str, Any]:
+    """Exact and lenient accuracy before / after and McNemar's p, from records."""
+    from grpo_helpers import evaluation
+
+    out: dict[str, Any] = {"n": len(base)}
+    for grade in ("exact", "lenient"):
+        comparison = evaluation.compare(base, trained, grade)
+        out[grade] = {
+            "before": comparison.base_acc,
+            "after": comparison.trained_acc,
+            "p_value": comparison.p_value,
+            "wrong_to_right": comparison.wrong_to_right,
+            "right_to_wrong": comparison.right_to_wrong,
+        }
+    out["boxed"] = {
+        "before": float(base["boxed"].mean()),
+        "after": float(trained["boxed"].mean()),
+    }
+    return out
+
+
+def hardware() -> str:
+    """A short description of this machine: CPU cores (or the GPU) and memory."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        cores = os.cpu_count() or 1
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return f"GPU {torch.cuda.get_device_name(0)}"
+        threads = torch.get_num_threads()
+    except ImportError:
+        threads = cores
+    memory = ""
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+        memory = f", {pages / 2**30:.0f} GiB"
+    except (ValueError, OSError, AttributeError):
+        pass
+    return f"{cores} CPU cores ({threads} torch threads){memory}"
+
+
+def versions() -> dict[str, str]:
+    """Python and the versions of the packages that shape the numbers."""
+    out = {"python": platform.python_version()}
+    for name in _VERSIONED:
+        try:
+            out[name] = importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = "not installed"
+    return out
+
+
+def _relative(value: Any) -> Any:
+    """Paths under the project become relative; ``local://`` URIs lose the root."""
+    root = SETTINGS.project_root.as_posix()
+    if isinstance(value, str):
+        text = value.replace("local://", "")
+        if text.startswith(root):
+            return os.path.relpath(text, root)
+        return value
+    if isinstance(value, Mapping):
+        return {k: _relative(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_relative(v) for v in value]
+    return value
+
+
+def _write_jsonl(path: Path, frame: pd.DataFrame) -> None:
+    rows = json.loads(frame.to_json(orient="records"))
+    path.write_text("".join(json.dumps(_relative(r)) + "\n" for r in rows))
+
+
+def write_run(
+    directory: str | Path,
+    *,
+    command: str,
+    settings: Mapping[str, Any],
+    metrics: pd.DataFrame,
+    samples: pd.DataFrame,
+    base: pd.DataFrame,
+    trained: pd.DataFrame,
+    samples_per_step: int = 4,
+    extra: Mapping[str, Any] | None = None,
+) -> Path:
+    """Write a recorded run (see the module docstring); return its directory.
+
+    Args:
+        directory: where to write (created; existing files are replaced).
+        command: the command line that made the run, relative to the project.
+        settings: the run's configuration (``GRPOConfig.to_dict()`` and eval
+            settings).
+        metrics: the run's metrics, one row per step.
+        samples: the run's ``samples.jsonl``; ``samples_per_step`` of them are kept
+            per step (the first of each group, then the rest), to stay small.
+        base, trained: evaluation records of the two models, same questions.
+        extra: more facts for ``meta.json`` (timings...).
+    """
+    path = Path(directory)
+    path.mkdir(parents=True, exist_ok=True)
+    if len(base) != len(trained):
+        raise ValueError(
+            f"base has {len(base)} records, trained {len(trained)}: evaluate both "
+            "models on the same questions"
+        )
+    kept = (
+        samples.sort_values(["step", "sample_index", "question_index"])
+        .groupby("step", sort=True)
+        .head(samples_per_step)
+        if len(samples)
+        else samples
+    )
+    meta = {
+        "schema": SCHEMA,
+        "command": command,
+        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "hardware": hardware(),
+        "versions": versions(),
+        "settings": _relative(dict(settings)),
+        "summary": summarize_records(base, trained),
+        **_relative(dict(extra or {})),
+    }
+    (path / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    _write_jsonl(path / "metrics.jsonl", metrics)
+    _write_jsonl(path / "samples.jsonl", kept)
+    _write_jsonl(path / "eval_base.jsonl", base)
+    _write_jsonl(path / "eval_trained.jsonl", trained)
+    return path
+
+
+def load_run(name_or_path: str | Path = DEFAULT_RUN) -> RecordedRun:
+    """Load a recorded run by name (under ``data/reference_runs``) or path.
+
+    Raises:
+        FileNotFoundError: no such run; the message lists the shipped ones.
+        ValueError: the directory is not a recorded run (see :func:`check_run`).
+    """
+    path = Path(name_or_path)
+    if not path.is_dir():
+        path = REFERENCE_DIR / str(name_or_path)
+    if not path.is_dir():
+        shipped = sorted(p.name for p in REFERENCE_DIR.glob("*") if p.is_dir())
+        raise FileNotFoundError(
+            f"No recorded run {str(name_or_path)!r}; shipped runs in {REFERENCE_DIR}: "
+            f"{', '.join(shipped) or 'none'}. Record one with "
+            "`python bench/cpu_grpo_demo.py --record <dir>`."
+        )
+    missing = [f for f in FILES if not (path / f).is_file()]
+    if missing:
+        raise ValueError(f"{path} is not a recorded run: missing {', '.join(missing)}")
+
+    def jsonl(name: str) -> pd.DataFrame:
+        lines = (path / name).read_text().splitlines()
+        return pd.DataFrame([json.loads(line) for line in lines if line.strip()])
+
+    run = RecordedRun(
+        path=path,
+        meta=json.loads((path / "meta.json").read_text()),
+        metrics=jsonl("metrics.jsonl"),
+        samples=jsonl("samples.jsonl"),
+        base=jsonl("eval_base.jsonl"),
+        trained=jsonl("eval_trained.jsonl"),
+    )
+    problems = check_run(run)
+    if problems:
+        raise ValueError(f"{path} is not a valid recorded run: " + "; ".join(problems))
+    return run
+
+
+def check_run(run: RecordedRun) -> list[str]:
+    """What is wrong with a recorded run ([] when nothing): schema, columns,
+    absolute paths, and a summary that its own records do not reproduce."""
+    problems = []
+    missing = [k for k in META_KEYS if k not in run.meta]
+    if missing:
+        problems.append(f"meta.json lacks {', '.join(missing)}")
+    elif run.meta["schema"] != SCHEMA:
+        problems.append(f"schema {run.meta['schema']!r}, expected {SCHEMA!r}")
+    for name, frame, keys in (
+        ("metrics", run.metrics, METRIC_KEYS),
+        ("eval_base", run.base, RECORD_KEYS),
+        ("eval_trained", run.trained, RECORD_KEYS),
+    ):
+        lacking = [k for k in keys if k not in frame.columns]
+        if lacking:
+            problems.append(f"{name} lacks {', '.join(lacking)}")
+    if problems:
+        return problems
+    if list(run.base["index"]) != list(run.trained["index"]):
+        problems.append("the two evaluations are not on the same questions")
+    texts = [p.read_text() for p in run.path.iterdir() if p.is_file()]
+    root = SETTINGS.project_root.as_posix()
+    if any(root in text or "local:///" in text for text in texts):
+        problems.append("a recorded file holds an absolute path")
+    recomputed = summarize_records(run.base, run.trained)
+    stated = run.meta["summary"]
+    for grade in ("exact", "lenient"):
+        for key in ("before", "after"):
+            if abs(recomputed[grade][key] - stated[grade][key]) > 1e-9:
+                problems.append(
+                    f"meta says {grade} {key} = {stated[grade][key]}, the records "
+                    f"give {recomputed[grade][key]}"
+                )
+    return problems
+
+
+def runs_table(runs: Sequence[RecordedRun]) -> pd.DataFrame:
+    """One row per recorded run: exact and lenient before -> after, p-values."""
+    rows = []
+    for run in runs:
+        s = run.summary()
+        rows.append(
+            {
+                "run": run.path.name,
+                "seed": run.meta["settings"].get("seed"),
+                "n": s["n"],
+                "exact before": s["exact"]["before"],
+                "exact after": s["exact"]["after"],
+                "exact p": s["exact"]["p_value"],
+                "lenient before": s["lenient"]["before"],
+                "lenient after": s["lenient"]["after"],
+                "lenient p": s["lenient"]["p_value"],
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+__all__ = [
+    "DEFAULT_RUN",
+    "REFERENCE_DIR",
+    "RecordedRun",
+    "check_run",
+    "hardware",
+    "load_run",
+    "runs_table",
+    "summarize_records",
+    "versions",
+    "write_run",
+]
