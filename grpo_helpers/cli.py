@@ -26,6 +26,7 @@ from grpo_helpers.config import (
     NORMALIZATIONS,
     REWARDS,
     SETTINGS,
+    SWANLAB_MODES,
     GRPOConfig,
 )
 
@@ -68,11 +69,17 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
         "--swanlab",
         action=argparse.BooleanOptionalAction,
         default=False,
-        help="log to SwanLab (off unless asked; never needed)",
+        help="log to SwanLab (off unless asked; offline by default, no account)",
     )
     p.add_argument("--swanlab-project", default=d["swanlab_project"].default)
     p.add_argument(
         "--swanlab-experiment-name", default=d["swanlab_experiment_name"].default
+    )
+    p.add_argument(
+        "--swanlab-mode",
+        choices=SWANLAB_MODES,
+        default=d["swanlab_mode"].default,
+        help="offline (default, no account) writes runs/<name>/swanlog",
     )
     p.add_argument("--backend", choices=BACKENDS, default=SETTINGS.backend)
     p.add_argument("--run-dir", default=None, help="default: runs/<weights-name>")

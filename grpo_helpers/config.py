@@ -78,6 +78,7 @@ REWARDS = ("binary", "shaped")
 LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 DATASETS = ("gsm8k", "arithmetic")
 MODES = ("sync", "async")
+SWANLAB_MODES = ("offline", "local", "online")
 
 
 @dataclass
@@ -112,6 +113,7 @@ class GRPOConfig:
     swanlab: bool = False
     swanlab_project: str = "trio-case"
     swanlab_experiment_name: str = "grpo-gsm8k"
+    swanlab_mode: str = "offline"  # offline | local (dashboard) | online (account)
     backend: str = field(default_factory=lambda: SETTINGS.backend)
     run_dir: str | None = None  # None: runs/<weights_name>
     save_every: int = 1  # steps between resumable checkpoints (0: only at the end)
@@ -203,6 +205,11 @@ class GRPOConfig:
                 f"{self.clip_low}, {self.clip_high}",
             ),
             (self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}"),
+            (
+                self.swanlab_mode in SWANLAB_MODES,
+                f"unknown swanlab_mode {self.swanlab_mode!r}; choose one of "
+                f"{', '.join(SWANLAB_MODES)}",
+            ),
             (
                 self.normalization in NORMALIZATIONS,
                 f"unknown normalization {self.normalization!r}; choose one of "

@@ -54,11 +54,13 @@ __all__ = [
     "evaluate",
     "evaluate_async",
     "format_results_table",
+    "k_curves",
     "maj_at_k",
     "majority_answer",
     "mcnemar_exact_p",
     "paired_bootstrap_ci",
     "pass_at_k",
+    "run_coroutine",
     "summarize",
     "wilson_interval",
 ]
@@ -79,7 +81,14 @@ RECORD_COLUMNS = [
     "prompt_tokens",
 ]
 #: Extra columns when each question is sampled ``k > 1`` times.
-MULTI_SAMPLE_COLUMNS = ["n_correct", "pass_at_k", "maj_at_k", "sampled_tokens"]
+MULTI_SAMPLE_COLUMNS = [
+    "n_correct",
+    "pass_at_k",
+    "maj_at_k",
+    "sampled_tokens",
+    "answers",
+    "correct",
+]
 
 
 # --------------------------------------------------------------------------------------
@@ -434,6 +443,51 @@ class EvalResult:
         return self.table().to_html() + tokens
 
 
+def k_curves(
+    records: pd.DataFrame, ks: Sequence[int] | None = None, max_subsets: int = 200
+) -> pd.DataFrame:
+    """pass@k and maj@k for every k up to the samples drawn per question.
+
+    Args:
+        records: records of :func:`evaluate` with ``num_samples = n > 1`` (they hold
+            every sample's boxed ``answers`` and exact grades ``correct``).
+        ks: the budgets to report (default ``1..n``).
+        max_subsets: maj@k averages the majority vote over size-``k`` subsets of
+            each question's samples: all of them, or this many drawn at random
+            (seed 0) when there are more.
+
+    Returns:
+        One row per k: ``k``, ``pass@k`` (the unbiased estimator of
+        :func:`pass_at_k`, averaged over questions) and ``maj@k``.
+
+    Raises:
+        ValueError: records of single samples.
+    """
+    import itertools
+    import random
+
+    if "answers" not in records:
+        raise ValueError("k_curves needs records of evaluate(..., num_samples > 1)")
+    n = min(len(a) for a in records["answers"])
+    rng = random.Random(0)
+    rows = []
+    for k in ks or range(1, n + 1):
+        passes, majors = [], []
+        for answers, gold, correct in zip(
+            records["answers"], records["gold"], records["correct"], strict=True
+        ):
+            passes.append(pass_at_k(len(correct), int(sum(correct)), k))
+            subsets = list(itertools.combinations(range(len(answers)), k))
+            if len(subsets) > max_subsets:
+                subsets = rng.sample(subsets, max_subsets)
+            votes = [maj_at_k([answers[i] for i in subset], gold) for subset in subsets]
+            majors.append(sum(votes) / len(votes))
+        rows.append(
+            {"k": k, "pass@k": float(np.mean(passes)), "maj@k": float(np.mean(majors))}
+        )
+    return pd.DataFrame(rows)
+
+
 # --------------------------------------------------------------------------------------
 # evaluate
 # --------------------------------------------------------------------------------------
@@ -544,6 +598,8 @@ def _record(
         )
         record["maj_at_k"] = maj_at_k([g["extracted"] for g in graded], row["gold"])
         record["sampled_tokens"] = sum(g["completion_tokens"] for g in graded)
+        record["answers"] = [g["extracted"] for g in graded]  # for k-curves
+        record["correct"] = [bool(g["exact"]) for g in graded]
     return record
 
 
@@ -645,7 +701,7 @@ async def evaluate_async(
     return EvalResult(records=frame, summary=summary, name=name, settings=settings)
 
 
-def _run_coroutine(coroutine: Any) -> Any:
+def run_coroutine(coroutine: Any) -> Any:
     """Run a coroutine to the end from sync code, inside Jupyter or not.
 
     A plain script has no running event loop, so ``asyncio.run`` does the job. A
@@ -712,7 +768,7 @@ def evaluate(
         result = evaluate(sampler, tokenizer, data.load_gsm8k("test", limit=100))
         result.summary["exact_acc"], result.summary["exact_ci"]
     """
-    return _run_coroutine(
+    return run_coroutine(
         evaluate_async(
             sampling_client,
             tokenizer,

@@ -457,6 +457,127 @@ def _wrap(text: str, width: int) -> str:
     return "\n".join(textwrap.wrap(text, width))
 
 
+def plot_seed_bands(
+    frame: pd.DataFrame,
+    column: str,
+    ax: plt.Axes | None = None,
+    window: int = 1,
+    title: str = "",
+) -> plt.Axes:
+    """One line per variant (the mean over seeds) and a band from the lowest to the
+    highest seed, per step.
+
+    Args:
+        frame: per-step metrics of several runs, with ``variant``, ``seed``,
+            ``step`` and ``column`` (``ablation.metrics_frame``).
+        column: the metric to draw.
+        window: rolling mean over steps, per seed, before the band is taken.
+    """
+    ax = _axes(ax)
+    for variant, runs in frame.groupby("variant", sort=False):
+        smooth = runs.sort_values("step").assign(
+            value=lambda d: d.groupby("seed")[column].transform(
+                lambda v: rolling_mean(v.to_numpy(), window).to_numpy()
+            )
+        )
+        by_step = smooth.groupby("step")["value"]
+        mean, low, high = by_step.mean(), by_step.min(), by_step.max()
+        (line,) = ax.plot(mean.index, mean.to_numpy(), label=str(variant))
+        ax.fill_between(
+            mean.index,
+            low.to_numpy(),
+            high.to_numpy(),
+            alpha=0.15,
+            color=line.get_color(),
+        )
+    ax.set(xlabel="step", ylabel=column, title=title or column)
+    _integer_steps(ax)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_held_out_by_variant(
+    frame: pd.DataFrame, ax: plt.Axes | None = None, grade: str = "exact"
+) -> plt.Axes:
+    """Held-out accuracy at each scored step: the mean over seeds (line) and every
+    seed (dots), one colour per variant (``ablation.held_out_frame``)."""
+    ax = _axes(ax)
+    variants = list(dict.fromkeys(frame["variant"]))
+    offsets = np.linspace(-0.15, 0.15, max(len(variants), 1))
+    for variant, offset in zip(variants, offsets, strict=True):
+        runs = frame[frame["variant"] == variant]
+        mean = runs.groupby("step")[grade].mean()
+        (line,) = ax.plot(mean.index + offset, mean.to_numpy(), "-", label=variant)
+        ax.plot(
+            runs["step"] + offset,
+            runs[grade],
+            "o",
+            color=line.get_color(),
+            alpha=0.5,
+            ms=4,
+        )
+    ax.set(
+        xlabel="step",
+        ylabel=f"held-out {grade} accuracy",
+        title=f"Held-out {grade} accuracy (dots: seeds; lines: their mean)",
+    )
+    _integer_steps(ax)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    return ax
+
+
+def plot_clipped_objective(
+    clip_low: float = 0.8, clip_high: float = 1.2, ax: plt.Axes | None = None
+) -> plt.Axes:
+    """PPO's per-token objective ``min(rho A, clip(rho, lo, hi) A)`` against the
+    ratio rho, for A = +1 and A = -1: where the line goes flat, the gradient is 0."""
+    ax = _axes(ax)
+    rho = np.linspace(0.5, 1.5, 401)
+    for advantage, color in ((1.0, COLORS["accuracy"]), (-1.0, COLORS["degenerate"])):
+        objective = np.minimum(
+            rho * advantage, np.clip(rho, clip_low, clip_high) * advantage
+        )
+        ax.plot(rho, objective, color=color, label=f"A = {advantage:+.0f}")
+    for bound in (clip_low, clip_high):
+        ax.axvline(bound, color="black", linestyle=":", linewidth=1)
+    ax.axvline(1.0, color="grey", linewidth=0.8)
+    ax.set(
+        xlabel="ratio rho = pi_theta / pi_old",
+        ylabel="objective per token (maximised)",
+        title=f"The clipped ratio, bounds [{clip_low}, {clip_high}]",
+    )
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
+def plot_k_curves(
+    curves: Mapping[str, pd.DataFrame], ax: plt.Axes | None = None
+) -> plt.Axes:
+    """pass@k (solid) and maj@k (dashed) against k, one colour per model.
+
+    Args:
+        curves: ``{model: evaluation.k_curves(...)}``.
+    """
+    ax = _axes(ax)
+    palette = [COLORS["base"], COLORS["trained"], COLORS["reward"], COLORS["length"]]
+    for i, (name, df) in enumerate(curves.items()):
+        color = palette[i % len(palette)]
+        ax.plot(df["k"], df["pass@k"], "o-", color=color, label=f"{name} pass@k")
+        ax.plot(df["k"], df["maj@k"], "s--", color=color, label=f"{name} maj@k")
+    ax.set(
+        xlabel="k (samples per question)",
+        ylabel="accuracy",
+        ylim=(-0.02, 1.02),
+        title="pass@k (any of k right) and maj@k (the majority of k right)",
+    )
+    _integer_steps(ax)
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    return ax
+
+
 def plot_reward_distributions(
     rewards: Mapping[str, Sequence[float]], ax: plt.Axes | None = None
 ) -> plt.Axes:

@@ -154,8 +154,11 @@ def versions() -> dict[str, str]:
     return out
 
 
-def _relative(value: Any) -> Any:
-    """Paths under the project become relative; ``local://`` URIs lose the root."""
+def relative_paths(value: Any) -> Any:
+    """Paths under the project become relative; ``local://`` URIs lose the root.
+
+    Applied to everything a recorded file holds (strings, lists, mappings).
+    """
     root = SETTINGS.project_root.as_posix()
     if isinstance(value, str):
         text = value.replace("local://", "")
@@ -163,15 +166,15 @@ def _relative(value: Any) -> Any:
             return os.path.relpath(text, root)
         return value
     if isinstance(value, Mapping):
-        return {k: _relative(v) for k, v in value.items()}
+        return {k: relative_paths(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_relative(v) for v in value]
+        return [relative_paths(v) for v in value]
     return value
 
 
 def _write_jsonl(path: Path, frame: pd.DataFrame) -> None:
     rows = json.loads(frame.to_json(orient="records"))
-    path.write_text("".join(json.dumps(_relative(r)) + "\n" for r in rows))
+    path.write_text("".join(json.dumps(relative_paths(r)) + "\n" for r in rows))
 
 
 def write_run(
@@ -219,9 +222,9 @@ def write_run(
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hardware": hardware(),
         "versions": versions(),
-        "settings": _relative(dict(settings)),
+        "settings": relative_paths(dict(settings)),
         "summary": summarize_records(base, trained),
-        **_relative(dict(extra or {})),
+        **relative_paths(dict(extra or {})),
     }
     (path / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
     _write_jsonl(path / "metrics.jsonl", metrics)
@@ -335,6 +338,7 @@ __all__ = [
     "check_run",
     "hardware",
     "load_run",
+    "relative_paths",
     "runs_table",
     "summarize_records",
     "versions",

@@ -42,6 +42,7 @@ import pandas as pd
 import pytrio as trio
 from tqdm.auto import tqdm
 
+from grpo_helpers import tracking
 from grpo_helpers.advantages import is_degenerate, kl_penalty, length_scales
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.data import (
@@ -63,7 +64,14 @@ from grpo_helpers.rollout import (
 StepCallback = Callable[[pd.DataFrame], None]
 
 #: Config fields that may differ when a run is resumed (they change no result).
-RESUME_MUTABLE_FIELDS = ("run_dir", "swanlab", "eval_limit", "steps", "save_every")
+RESUME_MUTABLE_FIELDS = (
+    "run_dir",
+    "swanlab",
+    "swanlab_mode",
+    "eval_limit",
+    "steps",
+    "save_every",
+)
 
 #: Arithmetic problems generated for the arithmetic track (train / held-out test).
 ARITHMETIC_TRAIN_ROWS = 2000
@@ -646,7 +654,7 @@ class _Run:
         if self.swanlab_run is not None:
             import swanlab
 
-            swanlab.log({k: v for k, v in row.items() if k != "step"}, step=step)
+            swanlab.log(tracking.loggable(row), step=step)
         if self.on_step is not None:
             self.on_step(pd.DataFrame(self.run.metrics))
 
@@ -682,18 +690,12 @@ class _Run:
 def _init_swanlab(config: GRPOConfig) -> Any | None:
     if not config.swanlab:
         return None
-    try:
-        import swanlab
-    except ImportError:
-        raise ImportError(
-            "swanlab=True but the swanlab package is not installed. Install it with "
-            "`pip install swanlab` (and `swanlab login`), or leave swanlab off: it "
-            "is never needed, the run directory keeps every metric."
-        ) from None
-    return swanlab.init(
+    return tracking.start_swanlab(
         project=config.swanlab_project,
         experiment_name=config.swanlab_experiment_name,
         config=config.to_dict(),
+        mode=config.swanlab_mode,
+        log_dir=config.run_path / "swanlog",
     )
 
 
@@ -882,9 +884,12 @@ async def _counted(coroutine: Any, bar: Any) -> Any:
 
 
 def train(config: GRPOConfig, mode: str = "sync", **kwargs: Any) -> TrainResult:
-    """Run :func:`train_sync` or :func:`train_async` from plain (non-async) code."""
+    """Run :func:`train_sync` or :func:`train_async` from plain (non-async) code,
+    a script or a notebook cell alike."""
     if mode == "sync":
         return train_sync(config, **kwargs)
     if mode == "async":
-        return asyncio.run(train_async(config, **kwargs))
+        from grpo_helpers.evaluation import run_coroutine
+
+        return run_coroutine(train_async(config, **kwargs))  # works inside Jupyter
     raise ValueError(f"unknown mode {mode!r}; choose 'sync' or 'async'")

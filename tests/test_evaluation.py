@@ -775,3 +775,27 @@ def test_accuracy_rows_feed_the_plot() -> None:
     ax = plotting.plot_accuracy_comparison(comparison.accuracy_rows())
     assert len(ax.patches) == 4  # 2 models x (exact, lenient)
     matplotlib.pyplot.close(ax.figure)
+
+
+def test_k_curves_by_hand():
+    records = pd.DataFrame(
+        {
+            "gold": ["3", "5"],
+            # question 0: answers 3, 3, 4 (2 of 3 right); question 1: 1, 5, 2
+            "answers": [["3", "3", "4"], ["1", "5", "2"]],
+            "correct": [[True, True, False], [False, True, False]],
+        }
+    )
+    curves = evaluation.k_curves(records).set_index("k")
+    # k = 1: one sample; pass@1 = maj@1 = mean fraction correct = (2/3 + 1/3) / 2
+    assert curves.loc[1, "pass@k"] == pytest.approx(0.5)
+    assert curves.loc[1, "maj@k"] == pytest.approx(0.5)
+    # k = 3: pass@3 = any right (both questions); maj@3: question 0's majority is
+    # 3 (right); question 1 has three different answers, a tie
+    assert curves.loc[3, "pass@k"] == pytest.approx(1.0)
+    tie = evaluation.maj_at_k(["1", "5", "2"], "5")
+    assert curves.loc[3, "maj@k"] == pytest.approx((1.0 + float(tie)) / 2)
+    # k = 2: pass@2 = 1 - C(n-c, 2)/C(3, 2): q0 -> 1, q1 -> 1 - 1/3
+    assert curves.loc[2, "pass@k"] == pytest.approx((1 + 2 / 3) / 2)
+    with pytest.raises(ValueError, match="num_samples > 1"):
+        evaluation.k_curves(records.drop(columns="answers"))

@@ -41,5 +41,7 @@ def last_boxed(text):
     return None
 
 
-#: A bare near miss: shaped 0.45 * (1 - 2/72) + 0.10 = 0.5375, binary 0.
+#: A boxed near miss: shaped 0.45 * (1 - 2/72) + 0.10 = 0.5375, binary 0. (A bare
+#: "72" would also earn 0.85 with binary 0, but it is right, just unboxed: a missing
+#: box, not gaming; the exercise asks for a wrong answer.)
 gaming_completion = r"\boxed{70}"

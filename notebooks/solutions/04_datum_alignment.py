@@ -38,3 +38,14 @@ def looks_aligned(model_input, target_tokens, num_prompt_tokens):
         target_tokens[i] == model_input[i + 1]
         for i in range(num_prompt_tokens - 1, last)
     )
+
+
+# Exercise 3 (discussion). On the first P - 1 positions all four lists agree across
+# the group: model_input holds the same prompt tokens, target_tokens is padding 0,
+# and the sampler logprobs and advantages are 0.0. Each of those positions' loss
+# terms is -rho * A with A = 0, so they add exactly nothing to the gradient (the
+# target 0 is never trained towards). That does not take the prompt out of the
+# update: every completion token attends to the prompt's keys and values, so the
+# gradient of the completion positions' losses flows back through attention into
+# the prompt positions' activations, and the LoRA weights applied there change how
+# the prompt is read. The prompt is trained on as context, never as a target.

@@ -63,10 +63,13 @@ async def train_step_async(training_client, datums, adam_params):
 # computes its logprobs with the weights after it. The tokens, rewards and
 # advantages are fine (they describe what was sampled); the stale numbers are the
 # "old" logprobs, and the ratio rho = pi_theta / pi_old is no longer 1. The
-# importance_sampling loss -rho * A is exactly the correction for that: its gradient
-# rho * A * grad log pi_theta is an unbiased policy gradient for the current policy
-# as long as the two policies stay close (one step apart, with a small learning
-# rate, rho stays near 1). When they drift further (several steps of lag, a large
+# importance_sampling loss -rho * A is the correction for that: its gradient
+# rho * A * grad log pi_theta reweights each sampled token by how much more (or
+# less) likely the current policy makes it. It is still a surrogate, not an
+# unbiased policy gradient of the current policy (the advantages were measured
+# under the old one, and the states were visited by it), but its bias is small
+# while the two policies stay close (one step apart, with a small learning rate,
+# rho stays near 1). When they drift further (several steps of lag, a large
 # learning rate), a few tokens get large ratios and dominate the gradient; the
 # clipped ppo loss stops pushing a token once its ratio leaves [1 - eps, 1 + eps],
 # which bounds that.

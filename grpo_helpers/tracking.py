@@ -1,0 +1,115 @@
+"""Experiment tracking with SwanLab, as the tutorial's demo scripts do, offline.
+
+The demo scripts log to SwanLab (``--swanlab --swanlab-project
+--swanlab-experiment-name``). Here the same flags (and the notebooks' ``swanlab``
+parameter) log every metric of a run, with no account and no network: in
+``offline`` mode (the default) SwanLab writes its log under ``<run_dir>/swanlog``;
+``local`` mode adds a dashboard (``pip install 'swanlab[dashboard]==0.10.3'``,
+then ``swanlab watch runs/<name>/swanlog``); ``online`` needs ``swanlab login``.
+The run directory's ``metrics.jsonl`` holds the same numbers either way.
+
+Introduced in: 05_sync_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+INSTALL_HINT = (
+    "Install it with `pip install -e '.[swanlab]'` (SwanLab 0.10.3; `make setup` "
+    "does), or leave tracking off (swanlab=False, the default): the run directory's "
+    "metrics.jsonl keeps every metric anyway."
+)
+
+
+def loggable(row: Mapping[str, Any]) -> dict[str, float]:
+    """The numbers of a metrics row that SwanLab can plot: finite ints and floats
+    (booleans as 0/1); the step is passed apart.
+
+    Example::
+
+        >>> loggable({"step": 3, "reward_mean": 0.5, "ok": True, "x": float("nan")})
+        {'reward_mean': 0.5, 'ok': 1.0}
+    """
+    out = {}
+    for key, value in row.items():
+        if key == "step" or not isinstance(value, (bool, int, float)):
+            continue
+        number = float(value)
+        if math.isfinite(number):
+            out[key] = number
+    return out
+
+
+def start_swanlab(
+    *,
+    project: str,
+    experiment_name: str,
+    config: Mapping[str, Any],
+    mode: str = "offline",
+    log_dir: str | Path,
+) -> Any:
+    """``swanlab.init`` with the demo scripts' project and experiment name.
+
+    Raises:
+        ImportError: SwanLab is not installed; the message says how to install it
+            or how to leave tracking off.
+    """
+    try:
+        import swanlab
+    except ImportError:
+        raise ImportError(
+            f"swanlab=True but the swanlab package is not installed. {INSTALL_HINT}"
+        ) from None
+    Path(log_dir).mkdir(parents=True, exist_ok=True)
+    return swanlab.init(
+        project=project,
+        experiment_name=experiment_name,
+        config=dict(config),
+        mode=mode,
+        log_dir=str(log_dir),
+    )
+
+
+def read_swanlab(log_dir: str | Path) -> pd.DataFrame:
+    """The scalars an offline or local SwanLab run logged: one row per step.
+
+    Reads the newest ``run-*/run-*.swanlab`` file under ``log_dir`` with SwanLab's
+    own record reader (SwanLab 0.10.3).
+
+    Returns:
+        Columns ``step`` and one per logged key.
+
+    Raises:
+        FileNotFoundError: no SwanLab run under ``log_dir``.
+    """
+    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+
+    files = sorted(Path(log_dir).glob("run-*/run-*.swanlab"))
+    if not files:
+        raise FileNotFoundError(f"No SwanLab run under {log_dir}")
+    reader = DataStoreReader()
+    reader.open(files[-1])
+    rows: dict[int, dict[str, float]] = {}
+    try:
+        for data in reader:
+            record = Record()
+            record.ParseFromString(data)
+            if record.WhichOneof("record_type") != "scalar":
+                continue
+            scalar = record.scalar
+            rows.setdefault(scalar.step, {})[scalar.key] = scalar.value.number
+    finally:
+        reader.close()
+    return pd.DataFrame(
+        [{"step": step, **values} for step, values in sorted(rows.items())]
+    )
+
+
+__all__ = ["INSTALL_HINT", "loggable", "read_swanlab", "start_swanlab"]

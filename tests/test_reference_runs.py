@@ -1,0 +1,146 @@
+"""Recorded runs: the shipped ones load, follow the bench's schema, and reproduce
+their own numbers; the bench writes that schema; the notebooks plot them, labelled.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import nbformat
+import pytest
+
+from grpo_helpers import ablation, plotting, reference
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def load_bench(name: str):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_shipped_run_loads_and_reproduces_its_numbers():
+    run = reference.load_run()  # raises on any schema problem
+    assert reference.check_run(run) == []
+    summary = run.summary()
+    for grade in ("exact", "lenient"):
+        recomputed = float(run.trained[grade].mean())
+        assert recomputed == pytest.approx(run.meta["summary"][grade]["after"])
+        assert float(run.base[grade].mean()) == pytest.approx(summary[grade]["before"])
+    assert run.meta["command"].startswith("python bench/cpu_grpo_demo.py")
+    assert len(run.metrics) == run.meta["settings"]["steps"]
+    assert sum(p.stat().st_size for p in run.path.iterdir()) < 1_000_000
+
+
+def test_the_shipped_run_is_notebook_05s_defaults():
+    """The recorded run plotted beside a learner's run used the same settings."""
+    bench = load_bench("cpu_grpo_demo")
+    nb = nbformat.read(ROOT / "notebooks" / "05_sync_training_loop.ipynb", 4)
+    cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    values = {}
+    for node in ast.parse(cell.source).body:
+        name = node.targets[0].id
+        value = node.value
+        if isinstance(value, ast.Call):  # config.pick(full, fast): the full value
+            value = value.args[0]
+        values[name] = ast.literal_eval(value)
+    preset = bench.PRESETS["notebook"]
+    for key in (
+        "steps",
+        "batch_size",
+        "group_size",
+        "max_tokens",
+        "lora_rank",
+        "learning_rate",
+        "reward",
+        "temperature",
+        "difficulty",
+    ):
+        assert values[key] == preset[key], key
+    settings = reference.load_run().meta["settings"]
+    for key in ("steps", "batch_size", "group_size", "learning_rate", "reward"):
+        assert settings[key] == preset[key], key
+
+
+def test_a_damaged_run_is_refused(tmp_path):
+    run = reference.load_run()
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for path in run.path.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    meta = json.loads((copy / "meta.json").read_text())
+    meta["summary"]["exact"]["after"] += 0.01
+    (copy / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match="the records give"):
+        reference.load_run(copy)
+    (copy / "metrics.jsonl").unlink()
+    with pytest.raises(ValueError, match="missing metrics.jsonl"):
+        reference.load_run(copy)
+    with pytest.raises(FileNotFoundError, match="shipped runs"):
+        reference.load_run("no-such-run")
+
+
+def test_the_run_curves_plot_both_runs_with_their_labels():
+    run = reference.load_run()
+    axes = plotting.plot_run_curves(
+        {"your run": run.metrics.head(3), run.label: run.metrics}
+    )
+    labels = axes[0].get_legend_handles_labels()[1]
+    assert labels == ["your run", run.label]
+    assert run.label.startswith("recorded run (python bench/cpu_grpo_demo.py")
+    plt.close("all")
+
+
+@pytest.mark.parametrize(
+    "stem",
+    ["05_sync_training_loop", "06_async_training_loop", "07_base_vs_grpo_eval"],
+)
+def test_the_training_notebooks_plot_the_recorded_run(stem):
+    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", 4)
+    source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    assert "reference.load_run()" in source
+    assert "recorded.label" in source
+
+
+def test_the_bench_writes_a_recorded_run(tmp_path):
+    """The smoke mode of the bench writes the schema the notebooks read."""
+    bench = load_bench("cpu_grpo_demo")
+    target = tmp_path / "recorded"
+    bench.main(
+        [
+            "--quick",
+            "--out",
+            str(tmp_path / "results"),
+            "--runs",
+            str(tmp_path / "runs"),
+            "--record",
+            str(target),
+        ]
+    )
+    run = reference.load_run(target)
+    assert reference.check_run(run) == []
+    assert run.meta["command"].startswith("python bench/cpu_grpo_demo.py --quick")
+    assert len(run.base) == bench.PRESETS["quick"]["eval_n"]
+
+
+def test_the_recorded_ablation_has_every_variant_and_three_seeds():
+    results = ablation.load_results()
+    seen = {(r["variant"], r["seed"]) for r in results}
+    assert seen == {(v, s) for v in ablation.VARIANTS for s in (0, 1, 2)}
+    for record in results:
+        assert [p["step"] for p in record["held_out"]][0] == 0
+        assert len(record["held_out"][-1]["exact_by_question"]) == (
+            ablation.EVAL_QUESTIONS
+        )
+        assert record["metrics"] and "kl_k3" in record["metrics"][0]
+    table = ablation.final_table(results)
+    assert list(table["variant"]) == list(ablation.VARIANTS)
+    size = sum(p.stat().st_size for p in ablation.ABLATION_DIR.iterdir())
+    assert size < 1_000_000

@@ -1,0 +1,98 @@
+"""SwanLab, for real: a 2-step tiny-random run logs offline (no account, no network)
+and the logged values read back equal the run's metrics.jsonl."""
+
+from __future__ import annotations
+
+import builtins
+import math
+
+import pytest
+
+from grpo_helpers import tracking, training
+from grpo_helpers.cli import main as cli_main
+from grpo_helpers.config import GRPOConfig
+
+
+def test_a_run_logs_to_swanlab_offline_and_reads_back(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # SwanLab writes nothing outside the run directory
+    config = GRPOConfig(
+        base_model="tiny-random",
+        backend="local",
+        dataset="arithmetic",
+        steps=2,
+        batch_size=2,
+        group_size=4,
+        max_tokens=6,
+        lora_rank=4,
+        reward="shaped",
+        swanlab=True,
+        swanlab_project="trio-case",
+        swanlab_experiment_name="grpo-gsm8k",
+        run_dir=str(tmp_path / "run"),
+        save_every=0,
+    )
+    assert config.swanlab_mode == "offline"
+    result = training.train_sync(config, progress=False)
+    logged = tracking.read_swanlab(tmp_path / "run" / "swanlog")
+    assert list(logged["step"]) == [0, 1]
+    metrics = result.metrics
+    for key in ("reward_mean", "accuracy", "frac_degenerate", "sampled_tokens"):
+        for step in (0, 1):
+            want = float(metrics.loc[metrics["step"] == step, key].iloc[0])
+            got = float(logged.loc[logged["step"] == step, key].iloc[0])
+            assert math.isclose(got, want, rel_tol=1e-6), (key, step)
+    # NaN metrics (no KL measured) are not sent; booleans become 0 / 1
+    assert "kl_k1" not in logged.columns
+    assert set(logged["updated"]) <= {0.0, 1.0}
+
+
+def test_the_cli_flags_of_the_demo_scripts_reach_swanlab(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = cli_main(
+        [
+            "train",
+            "--base-model",
+            "tiny-random",
+            "--backend",
+            "local",
+            "--dataset",
+            "arithmetic",
+            "--steps",
+            "1",
+            "--batch-size",
+            "1",
+            "--group-size",
+            "2",
+            "--max-tokens",
+            "4",
+            "--lora-rank",
+            "4",
+            "--swanlab",
+            "--swanlab-project",
+            "my-project",
+            "--swanlab-experiment-name",
+            "my-run",
+            "--run-dir",
+            str(tmp_path / "run"),
+        ]
+    )
+    assert code == 0
+    logged = tracking.read_swanlab(tmp_path / "run" / "swanlog")
+    assert list(logged["step"]) == [0]
+
+
+def test_without_swanlab_the_error_says_what_to_do(monkeypatch):
+    real_import = builtins.__import__
+
+    def no_swanlab(name, *args, **kwargs):
+        if name == "swanlab":
+            raise ImportError("No module named 'swanlab'")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_swanlab)
+    with pytest.raises(ImportError) as info:
+        tracking.start_swanlab(
+            project="p", experiment_name="e", config={}, log_dir="unused"
+        )
+    message = str(info.value)
+    assert "pip install -e '.[swanlab]'" in message and "swanlab=False" in message
