@@ -37,6 +37,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -60,27 +61,28 @@ SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 PRESETS: dict[str, dict[str, Any]] = {
     "notebook": {
         "mode": "sync",
-        "steps": 16,
+        "steps": 26,
         "batch_size": 2,
         "group_size": 8,
-        "max_tokens": 48,
+        "max_tokens": 32,
         "lora_rank": 16,
-        "learning_rate": 5e-4,
-        "reward": "binary",
+        "learning_rate": 2e-4,
+        "reward": "shaped",
         "temperature": 0.8,
         "difficulty": 1,
         "eval_n": 100,
         "eval_max_tokens": 64,
+        "eval_at": 8,
     },
     "demo": {
         "mode": "async",
-        "steps": 30,
-        "batch_size": 4,
+        "steps": 40,
+        "batch_size": 2,
         "group_size": 8,
-        "max_tokens": 48,
+        "max_tokens": 32,
         "lora_rank": 16,
-        "learning_rate": 5e-4,
-        "reward": "binary",
+        "learning_rate": 2e-4,
+        "reward": "shaped",
         "temperature": 0.8,
         "difficulty": 1,
         "eval_n": 200,
@@ -99,6 +101,7 @@ PRESETS: dict[str, dict[str, Any]] = {
         "difficulty": 1,
         "eval_n": 8,
         "eval_max_tokens": 8,
+        "eval_at": 1,
     },
 }
 
@@ -110,13 +113,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
     p.add_argument("--base-model", default=None, help="default: SmolLM2")
     for name in PRESETS["notebook"]:
-        if name != "mode":
+        if name not in ("mode", "eval_at"):
             p.add_argument(f"--{name.replace('_', '-')}", default=None)
     p.add_argument("--mode", choices=("sync", "async"), default=None)
     p.add_argument("--out", default="bench/results", help="JSON and PNG go here")
     p.add_argument("--runs", default="runs/cpu-grpo-demo", help="run directories")
     p.add_argument(
         "--record", default=None, help="write the first seed's recorded run here"
+    )
+    p.add_argument(
+        "--eval-at",
+        type=int,
+        default=None,
+        help="also score the weights after this many steps (default: the preset's)",
     )
     args = p.parse_args(argv)
     if args.quick:
@@ -125,10 +134,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     settings = dict(PRESETS[args.preset])
     for name, default in PRESETS["notebook"].items():
         value = getattr(args, name)
-        if value is not None:
+        if value is not None and name != "eval_at":
             settings[name] = type(default)(value)
     args.settings = settings
     args.base_model = args.base_model or SMOLLM2
+    if args.eval_at is None:
+        args.eval_at = settings.get("eval_at")
     return args
 
 
@@ -167,13 +178,25 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         base_sampler, tokenizer, held_out, name="base", **eval_kwargs
     )
     t_train = time.time()
-    if s["mode"] == "sync":
-        result = training.train_sync(config, service, overwrite=True, progress=False)
-    else:
-        result = asyncio.run(
-            training.train_async(config, service, overwrite=True, progress=False)
+    train = training.train_sync if s["mode"] == "sync" else training.train_async
+    early = None
+    if args.eval_at and 0 < args.eval_at < s["steps"]:
+        # A labelled experiment inside the run: stop after eval_at steps, score the
+        # weights, then resume to the end (the same run, checkpointed).
+        first = replace(config, steps=args.eval_at)
+        result = _run(train, first, service, overwrite=True)
+        early_sampler = service.create_sampling_client(
+            base_model=config.model_name, model_path=result.weights_path
         )
+        early = evaluation.evaluate(
+            early_sampler, tokenizer, held_out, name="early", **eval_kwargs
+        )
+        result = _run(train, config, service, resume=True)
+    else:
+        result = _run(train, config, service, overwrite=True)
     train_seconds = time.time() - t_train
+    if early is not None:  # the early evaluation's minutes are not training
+        train_seconds -= early.summary["seconds"] or 0.0
     trained_sampler = service.create_sampling_client(
         base_model=config.model_name, model_path=result.weights_path
     )
@@ -193,6 +216,12 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "total_seconds": round(total_seconds, 1),
         "seconds_per_step": round(train_seconds / max(s["steps"], 1), 1),
     }
+    if early is not None:
+        numbers["early"] = {
+            "step": args.eval_at,
+            **_eval_numbers(early.summary),
+            "vs_base": reference.summarize_records(base.records, early.records),
+        }
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
     (out / f"cpu_grpo_demo-{name}.json").write_text(json.dumps(numbers, indent=2))
@@ -216,12 +245,20 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             samples=training.load_samples(run_dir),
             base=base.records,
             trained=trained.records,
+            early=None if early is None else (args.eval_at, early.records),
             extra={
                 "train_seconds": round(train_seconds, 1),
                 "total_seconds": round(total_seconds, 1),
             },
         )
     return numbers
+
+
+def _run(train: Any, config: GRPOConfig, service: Any, **kwargs: Any) -> Any:
+    """``train_sync`` or ``train_async`` (then in its own event loop)."""
+    if asyncio.iscoroutinefunction(train):
+        return asyncio.run(train(config, service, progress=False, **kwargs))
+    return train(config, service, progress=False, **kwargs)
 
 
 def _eval_numbers(summary: dict[str, Any]) -> dict[str, Any]:

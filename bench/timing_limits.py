@@ -6,7 +6,7 @@ machine, so it is measured by this script, in one run, on the tests' inputs:
 1. ``extract_boxed`` on five adversarial 1 MB texts (unclosed boxes, a million
    unclosed braces, deep nesting...): each under 1.0 s, a linear scan with no
    backtracking (tests/test_rewards.py, ``test_extract_boxed_on_adversarial_megabyte``).
-2. ``extract_boxed`` on 500 texts made of tests/test_rewards.py's ``BOXY_PIECES``:
+2. ``extract_boxed`` on 500 texts made of tests/strategies.py's ``BOXY_PIECES``:
    the slowest under 0.5 s.
 3. Both reward functions and ``extract_last_number`` on five adversarial 1 MB
    texts: under 1.0 s per text (``test_rewards_on_adversarial_megabyte``).
@@ -33,7 +33,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -46,6 +45,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests"))  # the property tests' texts
+
+from strategies import boxy_texts  # noqa: E402
 
 from grpo_helpers import data  # noqa: E402
 from grpo_helpers.rewards import (  # noqa: E402
@@ -69,26 +71,6 @@ REWARD_MEGABYTES = {
     "dots": "1.1." * 250_000,
     "digits": "9" * 1_000_000,
 }
-BOXY_PIECES = (
-    "\\boxed{",
-    "\\boxed{",
-    "\\boxed{\\boxed{",
-    "\\boxed{ }",
-    "\\boxed{12}",
-    "\\boxed",
-    "\\",
-    "}",
-    "}",
-    "}}}}",
-    "{",
-    "{{{{",
-    "12",
-    "-3",
-    "3.5",
-    "\\frac{1}{2}",
-    " ",
-    "ab",
-)
 BOXY_MAX_PIECES = 24
 
 # The script of tests/test_engines.py, with a clock around each call.
@@ -153,20 +135,11 @@ class Limits:
         }
 
 
-def boxy_texts(n: int, seed: int = 0) -> list[str]:
-    """tests/test_rewards.py's ``boxy_texts``: ``n`` texts of ``BOXY_PIECES``."""
-    rng = random.Random(seed)
-    return [
-        "".join(rng.choices(BOXY_PIECES, k=rng.randint(0, BOXY_MAX_PIECES)))
-        for _ in range(n)
-    ]
-
-
 def bench_rewards(limits: Limits) -> None:
     for name, text in BOXED_MEGABYTES.items():
         limits.time(f"extract_boxed {name}", 1.0, lambda t=text: extract_boxed(t))
     slowest = 0.0
-    for text in boxy_texts(500):
+    for text in boxy_texts(500, BOXY_MAX_PIECES):
         start = time.perf_counter()
         extract_boxed(text)
         slowest = max(slowest, time.perf_counter() - start)

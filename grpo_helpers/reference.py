@@ -79,6 +79,8 @@ class RecordedRun:
         metrics: one row per step.
         samples: a few completions per step.
         base, trained: per-question evaluation records of the two models.
+        early: the records of the weights after ``meta["early_step"]`` steps, when
+            the run scored them.
     """
 
     path: Path
@@ -87,6 +89,7 @@ class RecordedRun:
     samples: pd.DataFrame
     base: pd.DataFrame
     trained: pd.DataFrame
+    early: pd.DataFrame | None = None
 
     @property
     def label(self) -> str:
@@ -187,6 +190,7 @@ def write_run(
     base: pd.DataFrame,
     trained: pd.DataFrame,
     samples_per_step: int = 4,
+    early: tuple[int, pd.DataFrame] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write a recorded run (see the module docstring); return its directory.
@@ -200,6 +204,8 @@ def write_run(
         samples: the run's ``samples.jsonl``; ``samples_per_step`` of them are kept
             per step (the first of each group, then the rest), to stay small.
         base, trained: evaluation records of the two models, same questions.
+        early: ``(step, records)`` of the weights scored partway through the run
+            (``eval_early.jsonl``): what a short run of the same settings gives.
         extra: more facts for ``meta.json`` (timings...).
     """
     path = Path(directory)
@@ -231,6 +237,13 @@ def write_run(
     _write_jsonl(path / "samples.jsonl", kept)
     _write_jsonl(path / "eval_base.jsonl", base)
     _write_jsonl(path / "eval_trained.jsonl", trained)
+    if early is not None:
+        meta["early_step"] = early[0]
+        meta["early_summary"] = summarize_records(base, early[1])
+        (path / "meta.json").write_text(
+            json.dumps(meta, indent=2, sort_keys=True) + "\n"
+        )
+        _write_jsonl(path / "eval_early.jsonl", early[1])
     return path
 
 
@@ -266,6 +279,9 @@ def load_run(name_or_path: str | Path = DEFAULT_RUN) -> RecordedRun:
         samples=jsonl("samples.jsonl"),
         base=jsonl("eval_base.jsonl"),
         trained=jsonl("eval_trained.jsonl"),
+        early=jsonl("eval_early.jsonl")
+        if (path / "eval_early.jsonl").is_file()
+        else None,
     )
     problems = check_run(run)
     if problems:
@@ -294,6 +310,8 @@ def check_run(run: RecordedRun) -> list[str]:
         return problems
     if list(run.base["index"]) != list(run.trained["index"]):
         problems.append("the two evaluations are not on the same questions")
+    if run.early is not None and list(run.early["index"]) != list(run.base["index"]):
+        problems.append("the early evaluation is not on the same questions")
     texts = [p.read_text() for p in run.path.iterdir() if p.is_file()]
     root = SETTINGS.project_root.as_posix()
     if any(root in text or "local:///" in text for text in texts):

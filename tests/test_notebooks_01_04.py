@@ -20,7 +20,6 @@ import contextlib
 import importlib.util
 import io
 import math
-import random
 import re
 from dataclasses import replace
 from functools import cache
@@ -33,6 +32,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import boxy_strategy, boxy_texts
 
 from grpo_helpers import advantages, checks, data, datum, rewards
 from grpo_helpers.config import SETTINGS
@@ -233,44 +233,12 @@ def test_solutions_directly() -> None:
 # Texts for comparing the exercise's last_boxed with extract_boxed, built from pieces:
 # drawn one character at a time they almost never spell \boxed{ and both sides
 # would just agree on None.
-_BOXED_PIECES = (
-    "\\boxed{",
-    "\\boxed{",
-    "\\boxed{\\boxed{",
-    "\\boxed{ }",
-    "\\boxed{}",
-    "\\boxed{12}",
-    "\\boxed",
-    "\\",
-    "}",
-    "}",
-    "}}}}",
-    "{",
-    "{{{{",
-    "12",
-    "-3",
-    "3.5",
-    "\\frac{1}{2}",
-    " ",
-    "ab",
-)
 _BOXED_MAX_PIECES = 16
-_BOXED_TEXTS = st.lists(st.sampled_from(_BOXED_PIECES), max_size=_BOXED_MAX_PIECES).map(
-    "".join
-)
-
-
-def _boxed_texts(n: int, seed: int = 0) -> list[str]:
-    """``n`` texts made like ``_BOXED_TEXTS``'s (uniform piece count), reproducibly."""
-    rng = random.Random(seed)
-    return [
-        "".join(rng.choices(_BOXED_PIECES, k=rng.randint(0, _BOXED_MAX_PIECES)))
-        for _ in range(n)
-    ]
+_BOXED_TEXTS = boxy_strategy(_BOXED_MAX_PIECES)
 
 
 def test_boxed_texts_reach_a_box_and_a_skipped_box() -> None:
-    texts = _boxed_texts(500)
+    texts = boxy_texts(500, _BOXED_MAX_PIECES)
     found = [(t, rewards.extract_boxed(t)) for t in texts]
     found = [(text, answer) for text, answer in found if answer is not None]
     assert len(found) >= 0.3 * len(texts)

@@ -128,6 +128,9 @@ def test_the_bench_writes_a_recorded_run(tmp_path):
     assert reference.check_run(run) == []
     assert run.meta["command"].startswith("python bench/cpu_grpo_demo.py --quick")
     assert len(run.base) == bench.PRESETS["quick"]["eval_n"]
+    # the run was scored after its first step too, then resumed to the end
+    assert run.meta["early_step"] == 1 and len(run.early) == len(run.base)
+    assert list(run.metrics["step"]) == list(range(bench.PRESETS["quick"]["steps"]))
 
 
 def test_the_recorded_ablation_has_every_variant_and_three_seeds():

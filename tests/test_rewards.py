@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import doctest
-import random
 import re
 from fractions import Fraction
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import boxy_strategy, boxy_texts
 
 from grpo_helpers import rewards
 from grpo_helpers.rewards import (
@@ -114,45 +114,13 @@ def test_extract_boxed_never_raises_on_any_text(text: str) -> None:
     assert result != ""
 
 
-# What boxy texts are made of: box openings (nested too), braces alone and in runs,
-# near misses of \boxed{, numbers, LaTeX and noise. Texts drawn one character at a
-# time almost never spell \boxed{ (so the checks below never ran); these pieces do.
-BOXY_PIECES = (
-    "\\boxed{",
-    "\\boxed{",
-    "\\boxed{\\boxed{",
-    "\\boxed{ }",
-    "\\boxed{12}",
-    "\\boxed",
-    "\\",
-    "}",
-    "}",
-    "}}}}",
-    "{",
-    "{{{{",
-    "12",
-    "-3",
-    "3.5",
-    "\\frac{1}{2}",
-    " ",
-    "ab",
-)
 BOXY_MAX_PIECES = 24
-_BOXY = st.lists(st.sampled_from(BOXY_PIECES), max_size=BOXY_MAX_PIECES).map("".join)
-
-
-def boxy_texts(n: int, seed: int = 0) -> list[str]:
-    """``n`` texts made like ``_BOXY``'s (uniform piece count), reproducibly."""
-    rng = random.Random(seed)
-    return [
-        "".join(rng.choices(BOXY_PIECES, k=rng.randint(0, BOXY_MAX_PIECES)))
-        for _ in range(n)
-    ]
+_BOXY = boxy_strategy(BOXY_MAX_PIECES)
 
 
 def test_boxy_texts_reach_the_boxed_branch() -> None:
     # the property test below only checks something when a box is found
-    texts = boxy_texts(500)
+    texts = boxy_texts(500, BOXY_MAX_PIECES)
     results = [extract_boxed(text) for text in texts]
     found = [result for result in results if result is not None]
     assert len(found) >= 0.3 * len(texts)
