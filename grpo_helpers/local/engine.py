@@ -511,12 +511,12 @@ class LocalTrainingClient:
 
     # ---------------------------------------------------------------- forward passes
 
-    def _micro_batches(self, samples: list[Any]) -> list[list[int]]:
-        """Group sample indices (shortest first) into batches of at most
-        ``train_tokens_per_batch`` padded tokens."""
+    def _micro_batches(self, lengths: dict[int, int]) -> list[list[int]]:
+        """Group Datum indices (shortest first, ``{index: length}``) into batches
+        of at most ``train_tokens_per_batch`` padded tokens."""
+        order = sorted(lengths, key=lambda i: lengths[i])
         budget = self._service.train_tokens_per_batch
-        order = sorted(range(len(samples)), key=lambda i: samples[i].input_length)
-        return _pack(order, [samples[i].input_length for i in order], budget)
+        return _pack(order, [lengths[i] for i in order], budget)
 
     def _rows(self, job: _ForwardJob) -> list[_Row]:
         """Each sample's input ids, targets (-100: none) and loss values, shifted
@@ -586,10 +586,8 @@ class LocalTrainingClient:
         for group in plan:
             if group.shared:
                 loss_sum += self._forward_shared(job, rows, group, backward, lp)
-        plain = [i for g in plan if not g.shared for i in g.members]
-        plain.sort(key=lambda i: len(rows[i].ids))
-        budget = self._service.train_tokens_per_batch
-        for batch in _pack(plain, [len(rows[i].ids) for i in plain], budget):
+        plain = {i: len(rows[i].ids) for g in plan if not g.shared for i in g.members}
+        for batch in self._micro_batches(plain):
             loss_sum += self._forward_plain(job, rows, batch, backward, lp)
         outputs = []
         for values in lp:
