@@ -42,13 +42,16 @@ def main(argv: list[str] | None = None) -> None:
         base = replace(base, base_model="tiny-random", steps=2, max_tokens=8)
         out = ROOT / "runs" / "ablation-quick"
     started = time.time()
+    base_cache: dict = {}  # the base model answers each seed's questions once
     for variant in args.variants:
         for seed in args.seeds:
             path = out / f"{ablation.slug(variant)}-seed{seed}.json"
             if path.exists():
                 print(f"{variant} seed {seed}: recorded already ({path.name})")
                 continue
-            record = ablation.run_variant(variant, seed, base=base, out_dir=out)
+            record = ablation.run_variant(
+                variant, seed, base=base, out_dir=out, base_cache=base_cache
+            )
             points = ", ".join(
                 f"step {h['step']} {h['exact']:.0%}" for h in record["held_out"]
             )

@@ -101,8 +101,17 @@ def variant_config(
 
 
 async def _evaluate(
-    service: Any, config: GRPOConfig, weights: str | None
+    service: Any,
+    config: GRPOConfig,
+    weights: str | None,
+    base_cache: dict[tuple[str, int, int], pd.DataFrame] | None = None,
 ) -> pd.DataFrame:
+    """Greedy records on the held-out questions. The base model's (``weights``
+    None) are kept in ``base_cache``: every variant of a seed is scored on the same
+    questions, so the base model answers them once per seed."""
+    key = (config.model_name, config.seed, config.difficulty)
+    if weights is None and base_cache is not None and key in base_cache:
+        return base_cache[key]
     held_out = training.load_split(config, "test").select(range(EVAL_QUESTIONS))
     sampler = service.create_sampling_client(
         base_model=config.model_name, model_path=weights
@@ -116,6 +125,8 @@ async def _evaluate(
         concurrency=16,
         progress=False,
     )
+    if weights is None and base_cache is not None:
+        base_cache[key] = result.records
     return result.records
 
 
@@ -134,6 +145,7 @@ async def run_variant_async(
     run_root: Path | None = None,
     service: Any = None,
     on_step: Callable[[pd.DataFrame], None] | None = None,
+    base_cache: dict[tuple[str, int, int], pd.DataFrame] | None = None,
 ) -> dict[str, Any]:
     """Train one variant for one seed, score it halfway and at the end.
 
@@ -149,6 +161,8 @@ async def run_variant_async(
         service: a ServiceClient (default: the local engine, checkpoints in the
             run directory).
         on_step: called with the metrics after each step (live plots).
+        base_cache: the base model's records per seed, shared between the runs
+            of one ablation (the bench passes one dict to every run).
 
     Returns:
         The run's record: settings, per-step metrics, and the held-out exact and
@@ -160,7 +174,7 @@ async def run_variant_async(
 
         service = connect(config.backend, run_dir=Path(config.run_dir) / "checkpoints")
     started = time.time()
-    points = [(0, await _evaluate(service, config, None))]
+    points = [(0, await _evaluate(service, config, None, base_cache))]
     half = max(1, config.steps // 2)
     result = None
     for steps in sorted({half, config.steps}):
