@@ -38,9 +38,12 @@ def main(argv: list[str] | None = None) -> None:
     args = p.parse_args(argv)
     base = ablation.BASELINE
     out = Path(args.out)
+    run_root = None  # grpo_helpers' default: runs/ablation
     if args.quick:
+        # A smoke run keeps its files apart: the full ablation never resumes from
+        # a tiny-random checkpoint (it would refuse: the configs differ).
         base = replace(base, base_model="tiny-random", steps=2, max_tokens=8)
-        out = ROOT / "runs" / "ablation-quick"
+        out = run_root = ROOT / "runs" / "ablation-quick"
     started = time.time()
     base_cache: dict = {}  # the base model answers each seed's questions once
     for variant in args.variants:
@@ -50,7 +53,12 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{variant} seed {seed}: recorded already ({path.name})")
                 continue
             record = ablation.run_variant(
-                variant, seed, base=base, out_dir=out, base_cache=base_cache
+                variant,
+                seed,
+                base=base,
+                out_dir=out,
+                run_root=run_root,
+                base_cache=base_cache,
             )
             points = ", ".join(
                 f"step {h['step']} {h['exact']:.0%}" for h in record["held_out"]
