@@ -27,9 +27,9 @@ Run::
     python bench/step_time.py            # SmolLM2, about 5 minutes on 2 cores
     python bench/step_time.py --quick    # tiny-random, seconds (the test suite runs it)
 
-The last line reads, for a script::
+The last line is for a script to read (ratios old/new, share of the floor)::
 
-    RESULT training 2.9x sampling 1.7x step 2.3x floor-training 45% floor-decoding 41%
+    RESULT training <x>x sampling <x>x step <x>x floor-training <p>% floor-decoding <p>%
 """
 
 from __future__ import annotations

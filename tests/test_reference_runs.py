@@ -143,6 +143,14 @@ def test_the_recorded_ablation_has_every_variant_and_three_seeds():
             ablation.EVAL_QUESTIONS
         )
         assert record["metrics"] and "kl_k3" in record["metrics"][0]
+        # recorded with today's baseline, and its numbers match its own records
+        assert [m["step"] for m in record["metrics"]] == list(
+            range(ablation.BASELINE.steps)
+        )
+        assert record["held_out"][-1]["step"] == ablation.BASELINE.steps
+        for point in record["held_out"]:
+            by_question = point["exact_by_question"]
+            assert point["exact"] == pytest.approx(sum(by_question) / len(by_question))
     table = ablation.final_table(results)
     assert list(table["variant"]) == list(ablation.VARIANTS)
     size = sum(p.stat().st_size for p in ablation.ABLATION_DIR.iterdir())
