@@ -38,6 +38,10 @@ SOLUTIONS_DIR = SETTINGS.project_root / "notebooks" / "solutions"
 def _close(got: Any, want: Any, tol: float | None) -> bool:
     if tol is None:
         return bool(got == want)
+    if _is_sequence(got) and _is_sequence(want) and len(got) == len(want):
+        # element by element: a list of lists of different lengths (ragged) has no
+        # array form
+        return all(_close(g, w, tol) for g, w in zip(got, want, strict=True))
     try:
         return bool(np.allclose(np.asarray(got, dtype=float), want, rtol=0, atol=tol))
     except (TypeError, ValueError):

@@ -98,8 +98,24 @@ def _book_notebook(source: Path, executed: Path, target: Path) -> str:
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             cell.source = _relink(cell.source, from_notebook=True)
+    _drop_widgets(nb)
     nbformat.write(nb, target)
     return mode
+
+
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+
+
+def _drop_widgets(nb: Any) -> None:
+    """Progress bars are ipywidgets in a notebook; on a page they would make the
+    site load require.js and the widget manager from a CDN. Keep their text form
+    (the finished bar) and drop the widget state, so the site loads nothing."""
+    nb.metadata.pop("widgets", None)
+    for cell in nb.cells:
+        for output in cell.get("outputs", []):
+            data = output.get("data")
+            if data and WIDGET_VIEW in data:
+                del data[WIDGET_VIEW]
 
 
 def _relink(text: str, from_notebook: bool = False) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from grpo_helpers import course
@@ -70,3 +71,22 @@ def test_the_site_loads_nothing_from_the_internet(site):
         assert not re.search(r'<script[^>]+src="https?://', text), page.name
         assert not re.search(r'<link[^>]+href="https?://[^"]+\.css', text), page.name
     assert (site["html"] / "_static" / "mathjax" / "MathJax.js").is_file()
+
+
+def test_widget_outputs_leave_only_their_text_form():
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {}}
+    cell = nbformat.v4.new_code_cell("for _ in tqdm(range(3)): pass")
+    cell.outputs = [
+        nbformat.v4.new_output(
+            "display_data",
+            data={
+                course.WIDGET_VIEW: {"model_id": "abc", "version_major": 2},
+                "text/plain": "100%|##########| 3/3",
+            },
+        )
+    ]
+    nb.cells = [cell]
+    course._drop_widgets(nb)
+    assert "widgets" not in nb.metadata
+    assert dict(cell.outputs[0]["data"]) == {"text/plain": "100%|##########| 3/3"}

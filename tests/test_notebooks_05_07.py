@@ -31,6 +31,7 @@ import pytrio as trio
 
 from grpo_helpers import (
     advantages,
+    checks,
     datum,
     evaluation,
     prompts,
@@ -646,3 +647,13 @@ def test_notebook_self_checks_accept_the_solutions(key, overrides, runs, monkeyp
     checks = [line for line in printed.splitlines() if line.startswith("exercise")]
     assert checks, printed
     assert all(line.endswith(": ok") for line in checks), printed
+
+
+def test_self_check_compares_ragged_lists_element_by_element():
+    """Notebook 08's exercise 1 returns lists of different lengths: no array form."""
+    want = [[1.0, 0.5], [0.25, 0.25, 0.25], [1.0]]
+    assert checks.self_check("ragged", lambda: [list(w) for w in want], want, tol=1e-9)
+    wrong = [[1.0, 0.5], [0.25, 0.3, 0.25], [1.0]]
+    assert not checks.self_check("ragged", lambda: wrong, want, tol=1e-9, strict=False)
+    short = [[1.0, 0.5], [0.25, 0.25], [1.0]]
+    assert not checks.self_check("ragged", lambda: short, want, tol=1e-9, strict=False)
