@@ -8,6 +8,10 @@ notebooks with the solutions pasted in). ``GRPO_BACKEND`` picks the engine (``lo
 ``pytrio``) when code does not name one. ``GRPO_CACHE_DIR`` is where converted model
 weights and tokenizers are cached (default ``~/.cache/grpo-notebooks``).
 
+The notebooks keep their runs under ``SETTINGS.runs_root``: ``runs/`` in the project,
+or ``runs/fast/`` in fast mode, so that a fast run (``make test``, a laptop in class)
+never overwrites the full-size run that notebook 07 evaluates.
+
 Introduced in: 01_gsm8k_dataset.ipynb
 """
 
@@ -32,6 +36,12 @@ class Settings:
     backend: str
     cache_dir: Path
     project_root: Path
+
+    @property
+    def runs_root(self) -> Path:
+        """Where the notebooks' runs live: ``runs/``, or ``runs/fast/`` in fast mode."""
+        runs = self.project_root / "runs"
+        return runs / "fast" if self.fast else runs
 
 
 def _read_settings() -> Settings:

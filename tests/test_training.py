@@ -365,3 +365,16 @@ def test_resume_after_sigkill_gives_contiguous_metrics(tmp_path):
     assert sorted(samples["step"].unique()) == [0, 1, 2, 3, 4]
     assert (samples.groupby("step").size() == 4).all()
     assert list(after["cum_sampled_tokens"]) == list(after["sampled_tokens"].cumsum())
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_fast_runs_never_share_a_directory_with_full_runs(fast):
+    """``make test`` (fast mode) must not overwrite the full-size run of notebook 05
+    that notebook 07 evaluates: fast runs live under ``runs/fast/``."""
+    import dataclasses
+
+    from grpo_helpers.config import SETTINGS
+
+    settings = dataclasses.replace(SETTINGS, fast=fast)
+    runs = settings.project_root / "runs"
+    assert settings.runs_root == (runs / "fast" if fast else runs)
