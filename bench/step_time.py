@@ -84,6 +84,28 @@ def matmul_probe(hidden: int, intermediate: int, rows: int = 512) -> float:
     return best
 
 
+def skinny_matmul_probe(model: Any, rows: int = 8) -> float:
+    """GB/s of weights read by ``x @ W.t()`` at ``rows`` rows (a decoding step's
+    products at batch 8), over every linear layer of one decoder block."""
+    block = model.get_decoder().layers[0]
+    weights = [
+        m.weight.detach()
+        for name, m in block.named_modules()
+        if isinstance(m, torch.nn.Linear) and "lora_" not in name
+    ]
+    inputs = [torch.randn(rows, w.shape[1]) for w in weights]
+    nbytes = sum(w.numel() * w.element_size() for w in weights)
+    best = 0.0
+    with torch.no_grad():
+        for _ in range(5):
+            t = time.perf_counter()
+            for _ in range(20):
+                for x, w in zip(inputs, weights, strict=True):
+                    x @ w.t()
+            best = max(best, 20 * nbytes / (time.perf_counter() - t) / 1e9)
+    return best
+
+
 def bandwidth_probe(megabytes: int = 512) -> float:
     """GB/s of reading a tensor far larger than the caches (best of 5 sums)."""
     x = torch.ones(megabytes * 2**20 // 4)
@@ -285,6 +307,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     cfg = model.config
     gflops = matmul_probe(cfg.hidden_size, cfg.intermediate_size)
     gbps = bandwidth_probe(64 if args.quick else 512)
+    skinny = skinny_matmul_probe(model)
     seqs = [d.model_input.to_ints() for d in datums]
     plan = prefix.plan_shared_prefixes(seqs)
     positions = prefix.positions_computed(seqs, plan)
@@ -326,7 +349,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     )
     print(
         f"decoding: {statistics.median(decode_steps):.0f} steps x "
-        f"{bytes_per_step / 1e6:.0f} MB of weights; bandwidth probe {gbps:.1f} GB/s "
+        f"{bytes_per_step / 1e6:.0f} MB of weights; bandwidth probe {gbps:.1f} GB/s, "
+        f"skinny-matmul probe {skinny:.1f} GB/s "
         f"(+ prefill {prefill / 1e9:.0f} GFLOP) -> floor {floor_decode:.2f} s, "
         f"{frac_decode:.0%} of it reached"
     )

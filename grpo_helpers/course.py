@@ -91,6 +91,7 @@ def _book_notebook(source: Path, executed: Path, target: Path) -> str:
         execute_fast(source, executed)
         mode = "fast"
     nb = nbformat.read(executed, as_version=4)
+    _refresh_prose(nb, nbformat.read(source, as_version=4))
     if mode == "fast":
         first = nb.cells[0]
         title, _, rest = first.source.partition("\n")
@@ -101,6 +102,27 @@ def _book_notebook(source: Path, executed: Path, target: Path) -> str:
     _drop_widgets(nb)
     nbformat.write(nb, target)
     return mode
+
+
+def _refresh_prose(executed: Any, source: Any) -> bool:
+    """Take the text cells of ``source`` into ``executed`` when their code is the same.
+
+    A full ``make series`` takes half an hour; a fix to a sentence should reach the
+    site without it. When every code cell of the executed copy has the source's
+    code, in the same cells, the outputs still belong to that code, so the page
+    gets the source's current markdown. Otherwise the executed copy stays as it
+    ran. Returns whether the prose was refreshed.
+    """
+    old, new = executed.cells, source.cells
+    if [c.cell_type for c in old] != [c.cell_type for c in new]:
+        return False
+    pairs = list(zip(old, new, strict=True))
+    if any(a.source != b.source for a, b in pairs if a.cell_type == "code"):
+        return False
+    for a, b in pairs:
+        if a.cell_type != "code":
+            a.source = b.source
+    return True
 
 
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"

@@ -90,3 +90,22 @@ def test_widget_outputs_leave_only_their_text_form():
     course._drop_widgets(nb)
     assert "widgets" not in nb.metadata
     assert dict(cell.outputs[0]["data"]) == {"text/plain": "100%|##########| 3/3"}
+
+
+def test_pages_take_current_prose_only_when_the_code_is_unchanged():
+    """A sentence fixed after ``make series`` reaches the site; prose next to
+    outputs of other code does not."""
+
+    def notebook(text: str, code: str) -> nbformat.NotebookNode:
+        nb = nbformat.v4.new_notebook()
+        markdown = nbformat.v4.new_markdown_cell(text)
+        nb.cells = [markdown, nbformat.v4.new_code_cell(code)]
+        return nb
+
+    executed = notebook("full about 12 min", "x = 1")
+    assert course._refresh_prose(executed, notebook("full 8-12 min", "x = 1"))
+    assert executed.cells[0].source == "full 8-12 min"
+
+    executed = notebook("full about 12 min", "x = 1")
+    assert not course._refresh_prose(executed, notebook("full 8-12 min", "x = 2"))
+    assert executed.cells[0].source == "full about 12 min"
