@@ -143,13 +143,13 @@ class PeakMemory:
         self.peak_mb = 0.0
         self._process = psutil.Process()
         self._base = self._process.memory_info().rss
-        self._thread = None
+        self._thread = None  # None: the kernel's peak is read at exit
         try:
             self._CLEAR.write_text("5")
-            self._hwm = self._status_mb("VmHWM") <= self._base / 2**20 + 1
+            reset = self._status_mb("VmHWM") <= self._base / 2**20 + 1
         except OSError:
-            self._hwm = False
-        if not self._hwm:
+            reset = False
+        if not reset:
             self._stop = threading.Event()
             self._thread = threading.Thread(target=self._poll, daemon=True)
             self._thread.start()

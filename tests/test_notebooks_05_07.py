@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ast
 import asyncio
+import dataclasses
 import importlib.util
 import itertools
 import math
@@ -636,9 +637,9 @@ def test_notebook_self_checks_accept_the_solutions(key, overrides, runs, monkeyp
             nb, timeout=600, resources={"metadata": {"path": str(ROOT / "notebooks")}}
         ).execute()
     finally:
+        # the kernel runs in fast mode: its runs live under the fast runs root
+        fast_runs = dataclasses.replace(SETTINGS, fast=True).runs_root
         for name in runs:
-            # the kernel runs in fast mode: its runs live under runs/fast/
-            fast_runs = SETTINGS.project_root / "runs" / "fast"
             shutil.rmtree(fast_runs / name, ignore_errors=True)
     printed = "".join(
         output.get("text", "")
