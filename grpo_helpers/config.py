@@ -84,7 +84,7 @@ DEFAULT_BASE_MODELS = {
     "pytrio": "Qwen/Qwen3.5-4B",
 }
 BACKENDS = tuple(DEFAULT_BASE_MODELS)
-REWARDS = ("binary", "shaped")
+REWARDS = ("binary", "shaped", "right_answer")
 LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 DATASETS = ("gsm8k", "arithmetic")
 MODES = ("sync", "async")
@@ -117,7 +117,7 @@ class GRPOConfig:
     learning_rate: float = 4e-5
     beta1: float = 0.9
     beta2: float = 0.95
-    reward: str = "binary"  # binary | shaped
+    reward: str = "binary"  # binary | shaped | right_answer
     advantage_scale: str = "none"  # none (reward - mean) | group (/ group std)
     weights_name: str = "grpo-gsm8k"
     swanlab: bool = False

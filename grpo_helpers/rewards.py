@@ -5,12 +5,14 @@ GRPO needs a number for every completion. On GSM8K that number comes from a
 ``\boxed{...}``; we take the last boxed answer, parse it as a number and compare it
 with the gold answer that follows ``####`` in the dataset.
 
-Two reward functions are offered:
+Three reward functions are offered:
 
 * :func:`grade_answer` (``"binary"``): 1.0 when the boxed answer equals the gold
   answer, else 0.0. This is the demo scripts' reward, with a sturdier parser.
 * :func:`shaped_reward` (``"shaped"``): the article's train.py reward, which also pays
   a little for an unboxed correct answer, for a near miss and for using the box.
+* :func:`right_answer_reward` (``"right_answer"``): only a right answer pays, 1.0
+  boxed and 0.5 unboxed; what notebooks 05-07 train SmolLM2 on.
 
 Nothing here ever evaluates model text: numbers are parsed with a small grammar and
 ``fractions.Fraction``, and every scan is linear in the length of the text.
@@ -28,6 +30,7 @@ from fractions import Fraction
 __all__ = [
     "DEMO_BOXED_REGEX",
     "REWARD_FUNCTIONS",
+    "UNBOXED_RIGHT_CREDIT",
     "answers_match",
     "extract_boxed",
     "extract_boxed_demo",
@@ -36,6 +39,7 @@ __all__ = [
     "grade_answer",
     "normalize_answer",
     "parse_number",
+    "right_answer_reward",
     "shaped_reward",
 ]
 
@@ -341,10 +345,50 @@ def shaped_reward(response: str, ground_truth: str) -> float:
     return 0.10 if boxed else 0.0
 
 
+#: What :func:`right_answer_reward` pays for a right answer outside ``\boxed{}``.
+UNBOXED_RIGHT_CREDIT = 0.5
+
+
+def right_answer_reward(response: str, ground_truth: str) -> float:
+    r"""Pay only for a right answer: 1.0 in a box, 0.5 without one, else 0.
+
+    The answer is read as lenient grading reads it: the last boxed answer, or the
+    last number when nothing is boxed. Unlike :func:`shaped_reward` there is no
+    credit for a near miss and none for a box around a wrong answer, so a boxed
+    guess earns nothing (notebook 02's gaming), and the box still doubles a right
+    answer's reward. Groups are degenerate more often than under the shaped reward
+    (all wrong), far less often than under the binary one for a model that often
+    forgets the box.
+
+    Args:
+        response: a model completion.
+        ground_truth: the gold answer (text after ``####``).
+
+    Returns:
+        1.0, 0.5 or 0.0.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> right_answer_reward(r"so \boxed{72}", "72"), right_answer_reward("72", "72")
+        (1.0, 0.5)
+        >>> right_answer_reward(r"\boxed{70}", "72")
+        0.0
+        >>> right_answer_reward(r"72, so \boxed{7}", "72")  # the box is the answer
+        0.0
+    """
+    boxed_answer = extract_boxed(response)
+    if boxed_answer is not None:
+        return 1.0 if answers_match(boxed_answer, ground_truth) else 0.0
+    right = answers_match(extract_last_number(response), ground_truth)
+    return UNBOXED_RIGHT_CREDIT if right else 0.0
+
+
 #: Reward functions by name, as a run configuration names them.
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "binary": grade_answer,
     "shaped": shaped_reward,
+    "right_answer": right_answer_reward,
 }
 
 

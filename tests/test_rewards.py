@@ -15,6 +15,7 @@ from grpo_helpers import rewards
 from grpo_helpers.rewards import (
     DEMO_BOXED_REGEX,
     REWARD_FUNCTIONS,
+    UNBOXED_RIGHT_CREDIT,
     answers_match,
     extract_boxed,
     extract_boxed_demo,
@@ -23,6 +24,7 @@ from grpo_helpers.rewards import (
     grade_answer,
     normalize_answer,
     parse_number,
+    right_answer_reward,
     shaped_reward,
 )
 
@@ -330,11 +332,49 @@ def test_near_miss_never_beats_unboxed_correct(pred: int, gold: int) -> None:
         assert reward <= 0.55 < 0.85
 
 
+@settings(max_examples=300, deadline=None)
+@given(
+    st.integers(min_value=-1000, max_value=1000),
+    st.integers(min_value=-1000, max_value=1000),
+    st.sampled_from(["{}", r"so \boxed{{{}}}", "{} apples", r"\boxed{{}} {}"]),
+)
+def test_right_answer_pays_only_right_answers(
+    pred: int, gold: int, template: str
+) -> None:
+    text = template.format(pred)
+    reward = right_answer_reward(text, str(gold))
+    boxed = extract_boxed(text) is not None
+    if pred != gold:
+        assert reward == 0.0
+    else:
+        assert reward == (1.0 if boxed else UNBOXED_RIGHT_CREDIT)
+    # it is the lenient grade, with the box worth double
+    assert (reward > 0) == answers_match(
+        extract_boxed(text) if boxed else extract_last_number(text), str(gold)
+    )
+
+
+def test_right_answer_gives_a_boxed_guess_nothing() -> None:
+    # notebook 02's gaming: a boxed near miss earns 0.55 under the shaped reward
+    assert shaped_reward(r"\boxed{70}", "72") > 0.5
+    assert right_answer_reward(r"\boxed{70}", "72") == 0.0
+    assert right_answer_reward(r"\boxed{0}", "72") == 0.0
+    assert right_answer_reward("48 + 24 = 72", "72") == 0.5
+    assert right_answer_reward(r"48 + 24 = 72, so \boxed{72}", "72") == 1.0
+    # a wrong box is the answer, even when the right number is written before it
+    assert right_answer_reward(r"72, so \boxed{7}", "72") == 0.0
+
+
 def test_reward_registry() -> None:
-    assert dict(REWARD_FUNCTIONS) == {"binary": grade_answer, "shaped": shaped_reward}
+    assert dict(REWARD_FUNCTIONS) == {
+        "binary": grade_answer,
+        "shaped": shaped_reward,
+        "right_answer": right_answer_reward,
+    }
     assert get_reward_fn("binary") is grade_answer
     assert get_reward_fn("shaped") is shaped_reward
-    with pytest.raises(ValueError, match="'binary', 'shaped'"):
+    assert get_reward_fn("right_answer") is right_answer_reward
+    with pytest.raises(ValueError, match="'binary', 'shaped', 'right_answer'"):
         get_reward_fn("nope")
 
 
