@@ -60,6 +60,7 @@ ARTICLE_RUN = {
     "max_tokens": 512,
     "lora_rank": 16,
     "learning_rate": 4e-5,
+    "reward": "shaped",
 }
 
 

@@ -69,6 +69,25 @@ def test_the_shipped_run_is_notebook_05s_defaults():
         assert settings[key] == preset[key], key
 
 
+def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():
+    """Notebook 07's labelled experiment: the same settings, the article's reward."""
+    defaults = reference.load_run()
+    shaped = reference.load_run("shaped-reward")
+    assert reference.check_run(shaped) == []
+    assert shaped.meta["settings"]["reward"] == "shaped"
+    assert defaults.meta["settings"]["reward"] == "right_answer"
+    ours, theirs = defaults.meta["settings"], shaped.meta["settings"]
+    differ = {k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k)}
+    assert differ == {"reward"}
+    # both were scored on the same held-out questions, after the same early step
+    assert list(shaped.base["question"]) == list(defaults.base["question"])
+    assert shaped.meta["early_step"] == defaults.meta["early_step"]
+    assert shaped.early is not None and defaults.early is not None
+    # its command gives today's preset with the shaped reward
+    assert "--preset notebook --reward shaped" in shaped.meta["command"]
+    assert "shaped-reward" in shaped.meta["command"]
+
+
 def test_a_damaged_run_is_refused(tmp_path):
     run = reference.load_run()
     copy = tmp_path / "copy"
