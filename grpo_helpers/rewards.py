@@ -354,10 +354,10 @@ def right_answer_reward(response: str, ground_truth: str) -> float:
 
     The answer is read as lenient grading reads it: the last boxed answer, or the
     last number when nothing is boxed. Unlike :func:`shaped_reward` there is no
-    credit for a near miss and none for a box around a wrong answer, so a boxed
-    guess earns nothing (notebook 02's gaming), and the box still doubles a right
-    answer's reward. Groups are degenerate more often than under the shaped reward
-    (all wrong), far less often than under the binary one for a model that often
+    credit for a near miss and none for a box around a wrong answer, so a wrong
+    boxed guess earns nothing (notebook 02's gaming), and the box still doubles a
+    right answer's reward. Groups are degenerate more often than under the shaped
+    reward (all wrong), less often than under the binary one for a model that often
     forgets the box.
 
     Args:
@@ -396,7 +396,8 @@ def get_reward_fn(name: str) -> RewardFn:
     """Look up a reward function by name.
 
     Args:
-        name: a key of ``REWARD_FUNCTIONS`` (``"binary"`` or ``"shaped"``).
+        name: a key of ``REWARD_FUNCTIONS`` (``"binary"``, ``"shaped"`` or
+            ``"right_answer"``).
 
     Returns:
         ``reward_fn(response, ground_truth) -> float``.

@@ -336,11 +336,14 @@ def test_near_miss_never_beats_unboxed_correct(pred: int, gold: int) -> None:
 @given(
     st.integers(min_value=-1000, max_value=1000),
     st.integers(min_value=-1000, max_value=1000),
+    st.booleans(),
     st.sampled_from(["{}", r"so \boxed{{{}}}", "{} apples", r"\boxed{{}} {}"]),
 )
 def test_right_answer_pays_only_right_answers(
-    pred: int, gold: int, template: str
+    pred: int, gold: int, right: bool, template: str
 ) -> None:
+    if right:  # half the draws are right answers: both branches are exercised
+        gold = pred
     text = template.format(pred)
     reward = right_answer_reward(text, str(gold))
     boxed = extract_boxed(text) is not None
@@ -348,14 +351,10 @@ def test_right_answer_pays_only_right_answers(
         assert reward == 0.0
     else:
         assert reward == (1.0 if boxed else UNBOXED_RIGHT_CREDIT)
-    # it is the lenient grade, with the box worth double
-    assert (reward > 0) == answers_match(
-        extract_boxed(text) if boxed else extract_last_number(text), str(gold)
-    )
 
 
 def test_right_answer_gives_a_boxed_guess_nothing() -> None:
-    # notebook 02's gaming: a boxed near miss earns 0.55 under the shaped reward
+    # notebook 02's gaming: a boxed near miss earns about 0.54 under the shaped reward
     assert shaped_reward(r"\boxed{70}", "72") > 0.5
     assert right_answer_reward(r"\boxed{70}", "72") == 0.0
     assert right_answer_reward(r"\boxed{0}", "72") == 0.0
