@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.advantages import ADVANTAGE_SCALES, NORMALIZATIONS
+from grpo_helpers.rewards import REWARD_FUNCTIONS
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -84,7 +85,7 @@ DEFAULT_BASE_MODELS = {
     "pytrio": "Qwen/Qwen3.5-4B",
 }
 BACKENDS = tuple(DEFAULT_BASE_MODELS)
-REWARDS = ("binary", "shaped", "right_answer")
+REWARDS = tuple(REWARD_FUNCTIONS)  # the names a run can choose
 LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 DATASETS = ("gsm8k", "arithmetic")
 MODES = ("sync", "async")
