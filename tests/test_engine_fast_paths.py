@@ -513,3 +513,69 @@ def test_scoring_prompts_that_share_a_prefix(tmp_path, merged):
         np.testing.assert_allclose(a[1:], b[1:], atol=1e-4)
         teacher = teacher_forced(tc, seq[:1], seq[1:])
         np.testing.assert_allclose(b[1:], teacher, atol=1e-4)
+
+
+# ------------------------------------------------------- shared prompt prefix, sampling
+
+
+def batched_samples(sampler, prompts, **kw):
+    """Sample every prompt in one batch (scheduler.hold); (tokens, logprobs) per
+    completion, per prompt."""
+    scheduler = sampler._host.scheduler
+    params = trio.SamplingParams(max_tokens=10, seed=7, **kw)
+    batches = scheduler.batches
+    with scheduler.hold():
+        futures = [
+            sampler.sample(trio.ModelInput.from_ints(p), 2, params) for p in prompts
+        ]
+    responses = [f.result() for f in futures]
+    assert scheduler.batches == batches + 1  # one batch: the path under test
+    return [[(s.tokens, s.logprobs) for s in r.sequences] for r in responses]
+
+
+def test_shared_prefix_length_rules():
+    from grpo_helpers.local.sampling import (
+        MIN_SHARED_PREFIX,
+        GenerationRequest,
+        shared_prefix_len,
+    )
+
+    def reqs(*prompts):
+        params = trio.SamplingParams(max_tokens=4)
+        return [GenerationRequest(list(p), 1, params) for p in prompts]
+
+    head = list(range(100, 100 + MIN_SHARED_PREFIX + 4))
+    assert shared_prefix_len(reqs(head + [1, 2], head + [3])) == len(head)
+    # Each prompt keeps a token of its own; identical prompts share all but one.
+    assert shared_prefix_len(reqs(head, head)) == len(head) - 1
+    assert shared_prefix_len(reqs(head + [1], head[:-1])) == len(head) - 2
+    # Too short to be worth a second forward pass, or one request alone: nothing.
+    short = head[: MIN_SHARED_PREFIX - 1]
+    assert shared_prefix_len(reqs(short + [1], short + [2])) == 0
+    assert shared_prefix_len(reqs(head + [1])) == 0
+    assert shared_prefix_len(reqs(head + [1], [7] + head)) == 0
+
+
+@pytest.mark.parametrize("merged", [True, False])
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_sampling_with_a_shared_prefix_equals_the_plain_path(
+    tmp_path, merged, temperature
+):
+    """Prompts that start alike (an evaluation's few-shot prompt) prefill the common
+    part once; completions and their logprobs are those of the plain prefill, and
+    the logprobs equal teacher forcing."""
+    svc = engine(tmp_path, merged_sampler=merged)
+    tc = perturbed_client(svc)
+    sampler = tc.save_weights_and_get_sampling_client()
+    # The same weights, sampled as a service made with shared_prefix=False would.
+    plain_sampler = type(sampler)(sampler._host, sampler._snapshot, None, merged, False)
+    gen = torch.Generator().manual_seed(3)
+    head = random_tokens(gen, 30)
+    prompts = [head + random_tokens(gen, n) for n in (1, 4, 9)]
+    plain = batched_samples(plain_sampler, prompts, temperature=temperature)
+    shared = batched_samples(sampler, prompts, temperature=temperature)
+    for prompt, a, b in zip(prompts, plain, shared, strict=True):
+        for (ta, la), (tb, lb) in zip(a, b, strict=True):
+            assert ta == tb
+            np.testing.assert_allclose(la, lb, atol=1e-4)
+            np.testing.assert_allclose(teacher_forced(tc, prompt, tb), lb, atol=1e-4)

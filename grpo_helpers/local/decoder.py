@@ -76,9 +76,11 @@ class Decoder(Protocol):
         attention_mask: torch.Tensor,
         positions: torch.Tensor,
         cache: Any,
+        last_only: bool = False,
     ) -> torch.Tensor:
-        """Run ``[B, S]`` more tokens (right-padded) on top of a cache; return their
-        logits ``[B, S, V]``. ``attention_mask`` covers cache and new tokens."""
+        """Run ``[B, S]`` more tokens on top of a cache; return their logits
+        ``[B, S, V]`` (``[B, 1, V]``, the last column's, with ``last_only``).
+        ``attention_mask`` covers cache and new tokens; padding may sit anywhere."""
         ...
 
 
@@ -125,13 +127,14 @@ class HFDecoder:
         copied.batch_select_indices(rows)  # index_select: new tensors
         return copied
 
-    def extend(self, tokens, attention_mask, positions, cache):  # noqa: ANN001, ANN201
+    def extend(self, tokens, attention_mask, positions, cache, last_only=False):  # noqa: ANN001, ANN201
         out = self.model(
             input_ids=tokens,
             attention_mask=attention_mask,
             position_ids=positions,
             cache=cache,
             use_cache=True,
+            logits_to_keep=1 if last_only else 0,
         )
         return out.logits
 
@@ -393,7 +396,7 @@ class MergedLlamaDecoder:
         copied.length = cache.length
         return copied
 
-    def extend(self, tokens, attention_mask, positions, cache):  # noqa: ANN001, ANN201
+    def extend(self, tokens, attention_mask, positions, cache, last_only=False):  # noqa: ANN001, ANN201
         batch, seq = tokens.shape
         past = cache.length
         total = past + seq
@@ -406,6 +409,8 @@ class MergedLlamaDecoder:
         own = torch.arange(seq, device=self.device)
         mask[:, :, own, past + own] = True
         hidden = self._forward(tokens, positions, cache, mask)
+        if last_only:
+            hidden = hidden[:, -1:]
         return _linear(self._norm(hidden, self.final_norm), self.head)
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:

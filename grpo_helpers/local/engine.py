@@ -131,10 +131,12 @@ class LocalServiceClient:
             (8 x 350 tokens) then peaks near 4 GB of RAM instead of about 8 GB.
         max_sampling_rows: most completions decoded together in one batch.
         batch_window_s: how long the sampler waits to merge concurrent requests.
-        shared_prefix: in ``forward`` / ``forward_backward``, compute a prefix
-            that several Datums share (a GRPO group's prompt) once. False runs
-            every Datum on its own: the same numbers, several times slower; kept
-            for comparisons (``bench/step_time.py``) and tests.
+        shared_prefix: compute a prefix that several inputs share once: in
+            ``forward`` / ``forward_backward``, a GRPO group's prompt under its
+            completions; in sampling, the few-shot prompt that every prompt of a
+            batch starts with (an evaluation's). False runs every Datum, and
+            prefills every prompt, on its own: the same numbers, slower; kept for
+            comparisons (``bench/step_time.py``, ``bench/eval_speed.py``) and tests.
         merged_sampler: sample with the LoRA adapter merged into a copy of the
             weights (``grpo_helpers.local.decoder``; Llama-style models). False
             runs the adapter unmerged through peft: the same distribution, slower.
@@ -287,7 +289,9 @@ class LocalServiceClient:
         snapshot = None
         if model_path is not None:
             snapshot = _load_snapshot(host, model_path)
-        return LocalSamplingClient(host, snapshot, model_path, self.merged_sampler)
+        return LocalSamplingClient(
+            host, snapshot, model_path, self.merged_sampler, self.shared_prefix
+        )
 
     async def create_sampling_client_async(
         self,
@@ -1123,6 +1127,7 @@ class LocalTrainingClient:
             _load_snapshot(self._host, model_path),
             model_path,
             self._service.merged_sampler,
+            self._service.shared_prefix,
         )
 
     async def create_sampling_client_async(
@@ -1146,14 +1151,22 @@ class LocalTrainingClient:
         """
         snapshot = self._submit(self._snapshot_job).result()
         return LocalSamplingClient(
-            self._host, snapshot, None, self._service.merged_sampler
+            self._host,
+            snapshot,
+            None,
+            self._service.merged_sampler,
+            self._service.shared_prefix,
         )
 
     async def save_weights_and_get_sampling_client_async(self) -> LocalSamplingClient:
         """Async twin of :meth:`save_weights_and_get_sampling_client`."""
         snapshot = await self._submit(self._snapshot_job)
         return LocalSamplingClient(
-            self._host, snapshot, None, self._service.merged_sampler
+            self._host,
+            snapshot,
+            None,
+            self._service.merged_sampler,
+            self._service.shared_prefix,
         )
 
 
@@ -1176,10 +1189,12 @@ class LocalSamplingClient:
         snapshot: AdapterSnapshot | None,
         model_path: str | None,
         merged: bool = True,
+        shared_prefix: bool = True,
     ) -> None:
         self._host = host
         self._snapshot = snapshot
         self._merged = merged
+        self._shared_prefix = shared_prefix
         self.sampling_run_cuid = f"local-sampling-{uuid.uuid4().hex[:12]}"
         self.model_id = host.base_model
         self.model_path = model_path
@@ -1255,6 +1270,7 @@ class LocalSamplingClient:
             return_text=return_text,
             weights_key=self._snapshot,
             merged=self._merged,
+            share_prefix=self._shared_prefix,
             future=Future(),
         )
 

@@ -5,7 +5,9 @@ an inference server does, in about two hundred lines:
 
 1. **Prefill once per prompt.** The prompts of all requests in a batch are left-padded
    into one ``[R, P]`` tensor (attention mask and position ids make padding
-   invisible) and run through the model once, filling the KV cache.
+   invisible) and run through the model once, filling the KV cache. When every
+   prompt starts with the same tokens (an evaluation's few-shot prompt: about 230
+   of each prompt's 280), those run once and only each prompt's own tokens after.
 2. **Fan out.** Each prompt's cache row is repeated ``num_samples`` times, so the
    shared prompt is encoded once for the whole group.
 3. **Decode.** Every step feeds one new token per row. The token is drawn from the
@@ -57,6 +59,8 @@ class GenerationRequest:
             unmerged, through ``transformers`` and peft).
         prompt_only: only the prompt's logprobs are wanted (``compute_logprobs``):
             nothing is sampled, and prompts that share a prefix compute it once.
+        share_prefix: may share a prefix with the other prompts of its batch
+            (:func:`generate`); False for a service made with ``shared_prefix=False``.
         future: resolved with the ``SampleResponse``.
     """
 
@@ -69,6 +73,7 @@ class GenerationRequest:
     weights_key: Any = None
     merged: bool = True
     prompt_only: bool = False
+    share_prefix: bool = True
     future: Future = field(default_factory=Future)
 
     @property
@@ -233,7 +238,8 @@ def generate(
     lengths = [len(r.prompt) for r in requests]
     width = max(lengths)
 
-    # 1. Prefill: left-pad the prompts, one forward pass fills the KV cache.
+    # 1. Prefill: left-pad the prompts, one forward pass fills the KV cache (a
+    # prefix every prompt shares runs once: _prefill_shared).
     input_ids = torch.full((n_req, width), pad_token_id, dtype=torch.long)
     mask = torch.zeros((n_req, width), dtype=torch.long)
     for i, r in enumerate(requests):
@@ -245,9 +251,19 @@ def generate(
         r.include_prompt_logprobs or r.topk_prompt_logprobs for r in requests
     )
     capacity = width + max(int(r.params.max_tokens) for r in requests)
-    prefill_logits, cache = decoder.prefill(
-        input_ids, mask, positions, capacity, need_prompt
-    )
+    # When every prompt starts with the same tokens (the few-shot prompt of an
+    # evaluation), those run once, then each prompt's own tokens. A request made
+    # with share_prefix=False keeps its batch on the plain path (tests compare).
+    sharing = not need_prompt and all(r.share_prefix for r in requests)
+    shared = shared_prefix_len(requests) if sharing else 0
+    if shared:
+        prefill_logits, cache, mask, positions = _prefill_shared(
+            decoder, requests, shared, width, capacity, pad_token_id
+        )
+    else:
+        prefill_logits, cache = decoder.prefill(
+            input_ids, mask, positions, capacity, need_prompt
+        )
     prompt_lp: list[tuple[list[float | None], list]] = []
     for i, r in enumerate(requests):
         if r.include_prompt_logprobs or r.topk_prompt_logprobs:
@@ -360,6 +376,73 @@ def generate(
             )
         )
     return responses
+
+
+#: Fewest tokens every prompt of a batch must share before :func:`generate` runs
+#: them once (below this, one plain prefill costs about the same).
+MIN_SHARED_PREFIX = 16
+
+
+def shared_prefix_len(requests: Sequence[GenerationRequest]) -> int:
+    """Tokens at the start of every request's prompt, 0 when too few to be worth it.
+
+    Every prompt keeps at least one token of its own, whose logits start its
+    completion. One request alone shares nothing (its prompt is one prefill anyway).
+    """
+    if len(requests) < 2:
+        return 0
+    prompts = [r.prompt for r in requests]
+    limit = min(len(q) for q in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(q[n] == first[n] for q in prompts):
+        n += 1
+    return n if n >= MIN_SHARED_PREFIX else 0
+
+
+def _prefill_shared(
+    decoder: Decoder,
+    requests: Sequence[GenerationRequest],
+    shared: int,
+    width: int,
+    capacity: int,
+    pad_token_id: int,
+) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    """Prefill ``shared`` common tokens once, then every prompt's own tokens.
+
+    The cache row of the prefix is repeated once per request, and the rest of each
+    prompt runs on top of it, left-padded to ``width - shared`` tokens, so each
+    row's last prompt token sits in the last column as in the plain path. The mask
+    is ``[prefix | padding | own tokens]``: padding in the middle is never attended
+    to, and positions count real tokens only, so each prompt sees exactly what a
+    plain prefill shows it. Returns the last column's logits ``[R, 1, V]``, the
+    cache, the attention mask ``[R, width]`` and the positions ``[R, width]``.
+    """
+    device = decoder.device
+    n_req = len(requests)
+    prefix = torch.tensor([requests[0].prompt[:shared]], device=device)
+    _, cache = decoder.prefill(
+        prefix,
+        torch.ones_like(prefix),
+        torch.arange(shared, device=device)[None],
+        capacity,
+        False,
+    )
+    decoder.select(cache, torch.zeros(n_req, dtype=torch.long, device=device))
+    rest = width - shared
+    ids = torch.full((n_req, rest), pad_token_id, dtype=torch.long)
+    mask = torch.zeros((n_req, width), dtype=torch.long)
+    mask[:, :shared] = 1
+    for i, r in enumerate(requests):
+        own = len(r.prompt) - shared
+        ids[i, rest - own :] = torch.tensor(r.prompt[shared:])
+        mask[i, width - own :] = 1
+    mask = mask.to(device)
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits = decoder.extend(
+        ids.to(device), mask, positions[:, shared:], cache, last_only=True
+    )
+    return logits, cache, mask, positions
 
 
 @torch.no_grad()

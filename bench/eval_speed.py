@@ -1,0 +1,126 @@
+"""How fast does an evaluation run on the local engine? Ratios from one run.
+
+An evaluation sends every held-out question with the same few-shot prompt (about
+230 of each prompt's 280 tokens), greedy, at most ``max_tokens`` tokens. This
+script scores the same questions with the base model four ways and prints the
+seconds of each and the ratios:
+
+* ``share_prefix`` off / on (``connect("local", shared_prefix=...)``): each batch
+  prefills every prompt whole, or the shared few-shot prefix once and each
+  prompt's own tokens after it (``grpo_helpers.local.sampling.shared_prefix_len``);
+* ``concurrency``: requests in flight, hence completions decoded per batch.
+
+It also counts the completions that differ from the plain path's (greedy: float
+noise can flip a near tie; the accuracy of each run is printed beside it).
+
+Run::
+
+    python bench/eval_speed.py                    # SmolLM2, 100 questions
+    python bench/eval_speed.py --model tiny-random --n 16 --max-tokens 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grpo_helpers import evaluation, training  # noqa: E402
+from grpo_helpers.config import GRPOConfig  # noqa: E402
+from grpo_helpers.engines import connect  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> list[dict]:
+    """Run the four timings; print the table; return its rows."""
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p.add_argument("--n", type=int, default=100, help="held-out questions")
+    p.add_argument(
+        "--dataset",
+        default="arithmetic",
+        choices=("arithmetic", "gsm8k"),
+        help="held-out split (notebook 07 and the bench score arithmetic)",
+    )
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
+    p.add_argument("--out", default=None, help="also write the numbers (JSON) here")
+    args = p.parse_args(argv)
+
+    config = GRPOConfig(base_model=args.model, backend="local", dataset=args.dataset)
+    questions = training.load_split(config, "test").select(range(args.n))
+    samplers = {  # two services on one host: the same model in memory
+        share: connect(
+            "local", run_dir=ROOT / "runs" / "eval-speed", shared_prefix=share
+        ).create_sampling_client(base_model=args.model)
+        for share in (False, True)
+    }
+    tokenizer = samplers[True].get_tokenizer()
+    # Warm-up: load the model and build the merged decoder outside the timings.
+    evaluation.evaluate(
+        samplers[True],
+        tokenizer,
+        questions.select(range(2)),
+        max_tokens=4,
+        progress=False,
+    )
+    rows = []
+    texts: dict[tuple[bool, int], list[str]] = {}
+    for concurrency in args.concurrency:
+        for share in (False, True):
+            start = time.perf_counter()
+            result = evaluation.evaluate(
+                samplers[share],
+                tokenizer,
+                questions,
+                temperature=0.0,
+                max_tokens=args.max_tokens,
+                concurrency=concurrency,
+                progress=False,
+            )
+            seconds = time.perf_counter() - start
+            texts[share, concurrency] = list(result.records["completion"])
+            rows.append(
+                {
+                    "concurrency": concurrency,
+                    "share_prefix": share,
+                    "seconds": round(seconds, 1),
+                    "exact_acc": result.summary["exact_acc"],
+                    "lenient_acc": result.summary["lenient_acc"],
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    plain = rows[0]["seconds"]
+    reference = texts[False, args.concurrency[0]]
+    print(f"\n{args.n} questions, max_tokens={args.max_tokens}, {args.model}")
+    print(f"{platform.processor() or platform.machine()}, torch threads:", end=" ")
+    import torch
+
+    print(torch.get_num_threads())
+    print("concurrency  share_prefix  seconds  speed-up  differ  exact  lenient")
+    for row in rows:
+        differ = sum(
+            a != b
+            for a, b in zip(
+                reference, texts[row["share_prefix"], row["concurrency"]], strict=True
+            )
+        )
+        row["differ_from_plain"] = differ
+        row["speedup"] = round(plain / row["seconds"], 2)
+        print(
+            f"{row['concurrency']:>11}  {row['share_prefix']!s:>12}  "
+            f"{row['seconds']:>7}  {row['speedup']:>7}x  {differ:>6}  "
+            f"{row['exact_acc']:.2f}   {row['lenient_acc']:.2f}"
+        )
+    if args.out:
+        Path(args.out).write_text(json.dumps(rows, indent=2))
+    return rows
+
+
+if __name__ == "__main__":
+    main()
