@@ -541,9 +541,8 @@ def _completion_text(sequence: Any, tokenizer: Any) -> str:
 
 
 def _grade_text(text: str, gold: str) -> dict[str, Any]:
-    extracted = rewards.extract_boxed(text)
-    boxed = extracted is not None
-    answer_lenient = extracted if boxed else rewards.extract_last_number(text)
+    answer_lenient, boxed = rewards.read_answer(text)
+    extracted = answer_lenient if boxed else None
     return {
         "extracted": extracted,
         "boxed": boxed,

@@ -39,6 +39,7 @@ __all__ = [
     "grade_answer",
     "normalize_answer",
     "parse_number",
+    "read_answer",
     "right_answer_reward",
     "shaped_reward",
 ]
@@ -277,6 +278,25 @@ def extract_last_number(text: str) -> str | None:
     return last[0].group() if last else None
 
 
+def read_answer(text: str) -> tuple[str | None, bool]:
+    r"""The answer as lenient grading reads it, and whether it was boxed.
+
+    The last ``\boxed{}`` answer when there is one, else the last number in the
+    text (None when there is neither). The shaped and right-answer rewards and the
+    lenient grade of :mod:`grpo_helpers.evaluation` all read the answer this way.
+
+    Example:
+        >>> read_answer(r"3 + 4 = 7, so \boxed{7}"), read_answer("3 + 4 = 7")
+        (('7', True), ('7', False))
+        >>> read_answer("no number here")
+        (None, False)
+    """
+    boxed_answer = extract_boxed(text)
+    if boxed_answer is not None:
+        return boxed_answer, True
+    return extract_last_number(text), False
+
+
 def grade_answer(response: str, ground_truth: str) -> float:
     r"""Binary reward: 1.0 when the last boxed answer equals the gold answer, else 0.0.
 
@@ -328,9 +348,7 @@ def shaped_reward(response: str, ground_truth: str) -> float:
         >>> round(shaped_reward(r"\boxed{36}", "72"), 3)
         0.325
     """
-    boxed_answer = extract_boxed(response)
-    boxed = boxed_answer is not None
-    pred = boxed_answer if boxed else extract_last_number(response)
+    pred, boxed = read_answer(response)
     if answers_match(pred, ground_truth):
         return 1.0 if boxed else 0.85
     pred_value = None if pred is None else parse_number(pred)
@@ -377,11 +395,10 @@ def right_answer_reward(response: str, ground_truth: str) -> float:
         >>> right_answer_reward(r"72, so \boxed{7}", "72")  # the box is the answer
         0.0
     """
-    boxed_answer = extract_boxed(response)
-    if boxed_answer is not None:
-        return 1.0 if answers_match(boxed_answer, ground_truth) else 0.0
-    right = answers_match(extract_last_number(response), ground_truth)
-    return UNBOXED_RIGHT_CREDIT if right else 0.0
+    answer, boxed = read_answer(response)
+    if not answers_match(answer, ground_truth):
+        return 0.0
+    return 1.0 if boxed else UNBOXED_RIGHT_CREDIT
 
 
 #: Reward functions by name, as a run configuration names them.

@@ -401,3 +401,21 @@ def test_last_number_of_adversarial_megabytes() -> None:
     assert extract_last_number("9" * 1_000_000) == "9" * 1_000_000
     assert extract_last_number("-" * 500_000 + "1") == "-1"
     assert extract_last_number("1," * 500_000) == "1"  # ",1" is not a thousands group
+
+
+@settings(max_examples=300, deadline=None)
+@given(_BOXY, st.integers(-50, 500))
+def test_rewards_and_lenient_grade_read_the_answer_alike(text: str, gold: int) -> None:
+    """read_answer is the one reading of an answer: the box, else the last number;
+    the right-answer reward and the evaluation's grade follow it."""
+    from grpo_helpers.evaluation import _grade_text
+
+    answer, boxed = rewards.read_answer(text)
+    assert boxed == (extract_boxed(text) is not None)
+    assert answer == (extract_boxed(text) if boxed else extract_last_number(text))
+    right = bool(rewards.answers_match(answer, str(gold)))
+    expected = (1.0 if boxed else rewards.UNBOXED_RIGHT_CREDIT) if right else 0.0
+    assert rewards.right_answer_reward(text, str(gold)) == expected
+    grade = _grade_text(text, str(gold))
+    assert (grade["answer_lenient"], grade["boxed"]) == (answer, boxed)
+    assert grade["lenient"] == right and grade["exact"] == (right and boxed)
