@@ -31,6 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import torch  # noqa: E402
+
 from grpo_helpers import evaluation, training  # noqa: E402
 from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
@@ -98,10 +100,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     plain = rows[0]["seconds"]
     reference = texts[False, args.concurrency[0]]
     print(f"\n{args.n} questions, max_tokens={args.max_tokens}, {args.model}")
-    print(f"{platform.processor() or platform.machine()}, torch threads:", end=" ")
-    import torch
-
-    print(torch.get_num_threads())
+    print(
+        f"{platform.processor() or platform.machine()}, torch threads:",
+        torch.get_num_threads(),
+    )
     print("concurrency  share_prefix  seconds  speed-up  differ  exact  lenient")
     for row in rows:
         differ = sum(

@@ -289,6 +289,13 @@ class LocalServiceClient:
         snapshot = None
         if model_path is not None:
             snapshot = _load_snapshot(host, model_path)
+        return self._sampling_client(host, snapshot, model_path)
+
+    def _sampling_client(
+        self, host: ModelHost, snapshot: AdapterSnapshot | None, model_path: str | None
+    ) -> LocalSamplingClient:
+        """A sampler on ``snapshot`` (None: the base model) with this service's
+        ``merged_sampler`` and ``shared_prefix`` options."""
         return LocalSamplingClient(
             host, snapshot, model_path, self.merged_sampler, self.shared_prefix
         )
@@ -1122,12 +1129,8 @@ class LocalTrainingClient:
 
     def create_sampling_client(self, model_path: str) -> LocalSamplingClient:
         """A sampler for saved weights of this base model (``local://`` URI)."""
-        return LocalSamplingClient(
-            self._host,
-            _load_snapshot(self._host, model_path),
-            model_path,
-            self._service.merged_sampler,
-            self._service.shared_prefix,
+        return self._service._sampling_client(
+            self._host, _load_snapshot(self._host, model_path), model_path
         )
 
     async def create_sampling_client_async(
@@ -1150,24 +1153,12 @@ class LocalTrainingClient:
         this sampler.
         """
         snapshot = self._submit(self._snapshot_job).result()
-        return LocalSamplingClient(
-            self._host,
-            snapshot,
-            None,
-            self._service.merged_sampler,
-            self._service.shared_prefix,
-        )
+        return self._service._sampling_client(self._host, snapshot, None)
 
     async def save_weights_and_get_sampling_client_async(self) -> LocalSamplingClient:
         """Async twin of :meth:`save_weights_and_get_sampling_client`."""
         snapshot = await self._submit(self._snapshot_job)
-        return LocalSamplingClient(
-            self._host,
-            snapshot,
-            None,
-            self._service.merged_sampler,
-            self._service.shared_prefix,
-        )
+        return self._service._sampling_client(self._host, snapshot, None)
 
 
 # ============================================================ sampling

@@ -238,22 +238,14 @@ def generate(
     lengths = [len(r.prompt) for r in requests]
     width = max(lengths)
 
-    # 1. Prefill: left-pad the prompts, one forward pass fills the KV cache (a
-    # prefix every prompt shares runs once: _prefill_shared).
-    input_ids = torch.full((n_req, width), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((n_req, width), dtype=torch.long)
-    for i, r in enumerate(requests):
-        input_ids[i, width - lengths[i] :] = torch.tensor(r.prompt)
-        mask[i, width - lengths[i] :] = 1
-    input_ids, mask = input_ids.to(device), mask.to(device)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
     need_prompt = any(
         r.include_prompt_logprobs or r.topk_prompt_logprobs for r in requests
     )
     capacity = width + max(int(r.params.max_tokens) for r in requests)
-    # When every prompt starts with the same tokens (the few-shot prompt of an
-    # evaluation), those run once, then each prompt's own tokens. A request made
-    # with share_prefix=False keeps its batch on the plain path (tests compare).
+    # 1. Prefill. When every prompt starts with the same tokens (the few-shot prompt
+    # of an evaluation), those run once, then each prompt's own tokens. Otherwise
+    # (or for a request made with share_prefix=False, which tests compare against)
+    # the prompts are left-padded and one forward pass fills the KV cache.
     sharing = not need_prompt and all(r.share_prefix for r in requests)
     shared = shared_prefix_len(requests) if sharing else 0
     if shared:
@@ -261,6 +253,13 @@ def generate(
             decoder, requests, shared, width, capacity, pad_token_id
         )
     else:
+        input_ids = torch.full((n_req, width), pad_token_id, dtype=torch.long)
+        mask = torch.zeros((n_req, width), dtype=torch.long)
+        for i, r in enumerate(requests):
+            input_ids[i, width - lengths[i] :] = torch.tensor(r.prompt)
+            mask[i, width - lengths[i] :] = 1
+        input_ids, mask = input_ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
         prefill_logits, cache = decoder.prefill(
             input_ids, mask, positions, capacity, need_prompt
         )
@@ -389,14 +388,14 @@ def shared_prefix_len(requests: Sequence[GenerationRequest]) -> int:
     Every prompt keeps at least one token of its own, whose logits start its
     completion. One request alone shares nothing (its prompt is one prefill anyway).
     """
+    from grpo_helpers.local.prefix import common_prefix_len
+
     if len(requests) < 2:
         return 0
-    prompts = [r.prompt for r in requests]
-    limit = min(len(q) for q in prompts) - 1
-    first = prompts[0]
-    n = 0
-    while n < limit and all(q[n] == first[n] for q in prompts):
-        n += 1
+    first = requests[0].prompt
+    n = min(len(r.prompt) - 1 for r in requests)
+    for r in requests[1:]:
+        n = min(n, common_prefix_len(first, r.prompt))
     return n if n >= MIN_SHARED_PREFIX else 0
 
 
