@@ -29,6 +29,8 @@ Run::
     python bench/cpu_grpo_demo.py --preset notebook --seeds 0 \\
         --record data/reference_runs/notebook-defaults
     python bench/cpu_grpo_demo.py --quick     # tiny-random, seconds: a smoke run
+    python bench/cpu_grpo_demo.py --table \\
+        bench/results/cpu_grpo_demo-demo-seeds0-1-2.json  # the README's rows again
 
 Every number printed is measured in this run; nothing is hard-coded.
 """
@@ -282,9 +284,75 @@ def line(numbers: dict[str, Any]) -> str:
     )
 
 
+#: The issue's bar for the longer run: exact and lenient gains, in points.
+BARS = {"exact": 30.0, "lenient": 10.0}
+
+
+def _pct(x: float) -> str:
+    return f"{x:.0%}" if abs(x * 100 - round(x * 100)) < 1e-9 else f"{x:.1%}"
+
+
+def _ci(interval: list[float]) -> str:
+    return f"[{interval[0] * 100:.1f}, {interval[1] * 100:.1f}]"
+
+
+def markdown_table(results: list[dict[str, Any]]) -> str:
+    """The README's rows for a set of seeds, from the numbers this bench wrote.
+
+    Bold marks p < 0.01, and an accuracy whose gain also clears ``BARS``; each p
+    is followed by the change in points. The last line counts the seeds that clear
+    both bars and the seeds that ran within 15 minutes.
+    """
+    lines = [
+        "| seed | training / total | held-out | exact: before -> after (p; points)"
+        " | lenient: before -> after (p; points) | answers boxed |",
+        "|---|---|---|---|---|---|",
+    ]
+    clear = within = 0
+    for n in results:
+        cells, cleared = [], []
+        for grade in ("exact", "lenient"):
+            g, b, t = n["summary"][grade], n["base"], n["trained"]
+            points = (g["after"] - g["before"]) * 100
+            ok = g["p_value"] < 0.01 and points >= BARS[grade]
+            cleared.append(ok)
+            after = _pct(t[f"{grade}_acc"])
+            p = f"p = {g['p_value']:.2g}"
+            cells.append(
+                f"{_pct(b[f'{grade}_acc'])} {_ci(b[f'{grade}_ci'])} -> "
+                + (f"**{after}**" if ok else after)
+                + f" {_ci(t[f'{grade}_ci'])} ("
+                + (f"**{p}**" if g["p_value"] < 0.01 else p)
+                + f"; {points:+.1f})"
+            )
+        clear += all(cleared)
+        within += n["total_seconds"] <= 15 * 60
+        lines.append(
+            f"| seed {n['seed']} | {n['train_seconds'] / 60:.1f} min / "
+            f"{n['total_seconds'] / 60:.1f} min | {n['base']['n']} arithmetic | "
+            f"{cells[0]} | {cells[1]} | {_pct(n['base']['boxed_frac'])} -> "
+            f"{_pct(n['trained']['boxed_frac'])} |"
+        )
+    lines.append("")
+    lines.append(
+        f"{clear} of {len(results)} seeds clear both bars (exact "
+        f"+{BARS['exact']:.0f}, lenient +{BARS['lenient']:.0f} points, p < 0.01); "
+        f"{within} of {len(results)} ran within 15 minutes."
+    )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv[:1] == ["--table"]:  # re-print a saved run's rows; trains nothing
+        if len(argv) != 2:
+            sys.exit("usage: python bench/cpu_grpo_demo.py --table RESULTS.json")
+        results = json.loads(Path(argv[1]).read_text())
+        print(markdown_table(results))
+        return results
     args = parse_args(argv)
-    args.argv = list(sys.argv[1:] if argv is None else argv)
+    args.argv = list(argv)
     print(f"preset {args.preset}: {json.dumps(args.settings)}", flush=True)
     results = []
     for seed in args.seeds:
@@ -304,6 +372,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             f"p={e['p_value']:.1g} lenient {le['before']:.0%}->{le['after']:.0%} "
             f"p={le['p_value']:.1g}"
         )
+    print(markdown_table(results))
     print("RESULT " + "; ".join(parts))
     return results
 

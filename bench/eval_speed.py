@@ -55,7 +55,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = p.parse_args(argv)
 
     config = GRPOConfig(base_model=args.model, backend="local", dataset=args.dataset)
-    questions = training.load_split(config, "test").select(range(args.n))
+    split = training.load_split(config, "test")
+    if not 0 < args.n <= len(split):
+        p.error(
+            f"--n {args.n}: the {args.dataset} held-out split has {len(split)} "
+            f"questions; pass a number from 1 to {len(split)}"
+        )
+    questions = split.select(range(args.n))
     samplers = {  # two services on one host: the same model in memory
         share: connect(
             "local", run_dir=ROOT / "runs" / "eval-speed", shared_prefix=share

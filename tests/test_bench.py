@@ -5,8 +5,11 @@ claims come from the benches themselves, run on a quiet machine."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import math
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -43,3 +46,53 @@ def test_eval_speed_runs_both_paths_and_compares_them(capsys):
     # Greedy answers do not depend on the path (tiny-random: no near ties).
     assert all(r["differ_from_plain"] == 0 for r in rows)
     assert rows[0]["speedup"] == 1.0
+
+
+def test_eval_speed_says_how_many_questions_the_split_has(capsys):
+    with pytest.raises(SystemExit):
+        load_bench("eval_speed").main(["--model", "tiny-random", "--n", "10000000"])
+    err = capsys.readouterr().err
+    assert "--n 10000000" in err and "held-out split has" in err
+
+
+def _seed_numbers(seed: int, exact: tuple, lenient: tuple, minutes: float) -> dict:
+    def grade(before: float, after: float, p: float) -> dict:
+        return {"before": before, "after": after, "p_value": p}
+
+    def evaluation(exact_acc: float, lenient_acc: float) -> dict:
+        return {
+            "n": 200,
+            "exact_acc": exact_acc,
+            "exact_ci": [0.1, 0.2],
+            "lenient_acc": lenient_acc,
+            "lenient_ci": [0.1, 0.2],
+            "boxed_frac": 0.5,
+        }
+
+    return {
+        "seed": seed,
+        "summary": {"exact": grade(*exact), "lenient": grade(*lenient)},
+        "base": evaluation(exact[0], lenient[0]),
+        "trained": evaluation(exact[1], lenient[1]),
+        "train_seconds": minutes * 60 - 120,
+        "total_seconds": minutes * 60,
+    }
+
+
+def test_cpu_grpo_demo_table_bolds_only_what_clears_the_bar(tmp_path, capsys):
+    results = [
+        _seed_numbers(0, (0.07, 0.50, 1e-20), (0.11, 0.50, 1e-16), 12.4),
+        _seed_numbers(1, (0.08, 0.285, 1e-7), (0.135, 0.285, 4e-4), 16.0),
+        _seed_numbers(2, (0.07, 0.415, 0.02), (0.11, 0.55, 1e-20), 14.5),
+    ]
+    saved = tmp_path / "results.json"
+    saved.write_text(json.dumps(results))
+    load_bench("cpu_grpo_demo").main(["--table", str(saved)])
+    rows = capsys.readouterr().out.strip().splitlines()
+    seed0, seed1, seed2 = rows[2:5]
+    assert seed0.count("**") == 8  # both accuracies and both p values
+    assert "-> 28.5% " in seed1 and "(**p = 1e-07**; +20.5)" in seed1  # short of +30
+    assert "-> **28.5%**" in seed1  # lenient +15 clears +10
+    assert "(p = 0.02; +34.5)" in seed2 and "-> 41.5% " in seed2  # p too large
+    assert rows[-1].startswith("1 of 3 seeds clear both bars")
+    assert "2 of 3 ran within 15 minutes" in rows[-1]
