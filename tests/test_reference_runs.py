@@ -83,9 +83,15 @@ def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():
     assert list(shaped.base["question"]) == list(defaults.base["question"])
     assert shaped.meta["early_step"] == defaults.meta["early_step"]
     assert shaped.early is not None and defaults.early is not None
-    # its command gives today's preset with the shaped reward
+    # its command gives today's preset with the shaped reward: the same settings
     assert "--preset notebook --reward shaped" in shaped.meta["command"]
     assert "shaped-reward" in shaped.meta["command"]
+    command = shaped.meta["command"].split()
+    assert command[:2] == ["python", "bench/cpu_grpo_demo.py"]
+    settings = load_bench("cpu_grpo_demo").parse_args(command[2:]).settings
+    for key, value in settings.items():
+        if key in theirs:
+            assert theirs[key] == value, key
 
 
 def test_a_damaged_run_is_refused(tmp_path):
