@@ -135,7 +135,26 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=None,
         help="also score the weights after this many steps (default: the preset's)",
     )
+    p.add_argument(
+        "--table",
+        metavar="RESULTS.json",
+        default=None,
+        help="print the README's rows of a saved run (a JSON this bench wrote); "
+        "trains nothing, takes no other option",
+    )
     args = p.parse_args(argv)
+    if args.table is not None:
+        given = sys.argv[1:] if argv is None else argv
+        if list(given) not in (["--table", args.table], [f"--table={args.table}"]):
+            p.error("--table takes no other option: it only re-prints a saved run")
+        try:
+            args.results = load_results(Path(args.table))
+        except (OSError, ValueError, TypeError) as error:
+            p.error(
+                f"--table {args.table}: cannot read it as this bench's JSON "
+                f"({error}); pass one it wrote, such as "
+                "bench/results/cpu_grpo_demo-demo-seeds0-1-2.json"
+            )
     if args.quick:
         args.preset = "quick"
         args.base_model = args.base_model or "tiny-random"
@@ -298,6 +317,23 @@ def _ci(interval: list[float]) -> str:
     return f"[{interval[0] * 100:.1f}, {interval[1] * 100:.1f}]"
 
 
+#: What :func:`markdown_table` reads of each seed's numbers.
+SEED_KEYS = ("seed", "summary", "base", "trained", "train_seconds", "total_seconds")
+
+
+def load_results(path: Path) -> list[dict[str, Any]]:
+    """The seeds' numbers this bench wrote: a ``...-seedsA-B-C.json`` list, or one
+    seed's ``...-seedN.json``. Raises ValueError when a seed lacks what the table
+    reads (and OSError / a JSON error when the file cannot be read)."""
+    results = json.loads(path.read_text())
+    results = [results] if isinstance(results, dict) else results
+    for numbers in results:
+        missing = [key for key in SEED_KEYS if key not in numbers]
+        if missing:
+            raise ValueError(f"a seed without {', '.join(missing)}")
+    return results
+
+
 def markdown_table(results: list[dict[str, Any]]) -> str:
     """The README's rows for a set of seeds, from the numbers this bench wrote.
 
@@ -347,13 +383,10 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     if argv is None:
         argv = sys.argv[1:]
-    if argv[:1] == ["--table"]:  # re-print a saved run's rows; trains nothing
-        if len(argv) != 2:
-            sys.exit("usage: python bench/cpu_grpo_demo.py --table RESULTS.json")
-        results = json.loads(Path(argv[1]).read_text())
-        print(markdown_table(results))
-        return results
     args = parse_args(argv)
+    if args.table is not None:  # re-print a saved run's rows; trains nothing
+        print(markdown_table(args.results))
+        return args.results
     args.argv = list(argv)
     print(f"preset {args.preset}: {json.dumps(args.settings)}", flush=True)
     results = []

@@ -96,3 +96,26 @@ def test_cpu_grpo_demo_table_bolds_only_what_clears_the_bar(tmp_path, capsys):
     assert "(p = 0.02; +34.5)" in seed2 and "-> 41.5% " in seed2  # p too large
     assert rows[-1].startswith("1 of 3 seeds clear both bars")
     assert "2 of 3 ran within 15 minutes" in rows[-1]
+
+
+def test_cpu_grpo_demo_table_refuses_what_it_cannot_read(tmp_path, capsys):
+    bench = load_bench("cpu_grpo_demo")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps([{"concurrency": 16, "seconds": 1.0}]))
+    not_json = tmp_path / "notes.md"
+    not_json.write_text("# not JSON")
+    saved = tmp_path / "seed0.json"  # one seed's file is a table of one row
+    saved.write_text(
+        json.dumps(_seed_numbers(0, (0.07, 0.5, 1e-20), (0.11, 0.5, 1e-16), 12.0))
+    )
+    for argv, message in (
+        (["--table", str(tmp_path / "missing.json")], "No such file"),
+        (["--table", str(not_json)], "cannot read it as this bench's JSON"),
+        (["--table", str(other)], "a seed without seed, summary"),
+        (["--table", str(saved), "--seeds", "1"], "takes no other option"),
+    ):
+        with pytest.raises(SystemExit):
+            bench.main(argv)
+        assert message in capsys.readouterr().err, argv
+    bench.main([f"--table={saved}"])
+    assert "1 of 1 seeds clear both bars" in capsys.readouterr().out
