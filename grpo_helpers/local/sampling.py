@@ -39,6 +39,7 @@ import torch
 from pytrio.types import SampleResponse, SampleSequence, SamplingParams
 
 from grpo_helpers.local.decoder import Decoder
+from grpo_helpers.local.prefix import common_prefix_len
 
 
 @dataclass
@@ -388,8 +389,6 @@ def shared_prefix_len(requests: Sequence[GenerationRequest]) -> int:
     Every prompt keeps at least one token of its own, whose logits start its
     completion. One request alone shares nothing (its prompt is one prefill anyway).
     """
-    from grpo_helpers.local.prefix import common_prefix_len
-
     if len(requests) < 2:
         return 0
     first = requests[0].prompt
