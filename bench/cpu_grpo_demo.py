@@ -125,6 +125,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         if name not in ("mode", "eval_at"):
             p.add_argument(f"--{name.replace('_', '-')}", default=None)
     p.add_argument("--mode", choices=("sync", "async"), default=None)
+    p.add_argument(
+        "--split",
+        choices=("validation", "test"),
+        default="test",
+        help="held-out problems to score: 'validation' for pilots that choose "
+        "settings, 'test' (the default) for reported results, which no pilot scores",
+    )
     p.add_argument("--out", default="bench/results", help="JSON and PNG go here")
     p.add_argument("--runs", default="runs/cpu-grpo-demo", help="run directories")
     p.add_argument(
@@ -196,7 +203,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     )
     started = time.time()
     service = connect("local", run_dir=run_dir / "checkpoints")
-    held_out = training.load_split(config, "test").select(range(s["eval_n"]))
+    held_out = training.load_split(config, args.split).select(range(s["eval_n"]))
     eval_kwargs = dict(
         temperature=0.0, max_tokens=s["eval_max_tokens"], concurrency=64, progress=False
     )
@@ -236,6 +243,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     numbers = {
         "preset": args.preset,
         "seed": seed,
+        "split": args.split,
         "settings": {**s, "base_model": args.base_model},
         "summary": summary,
         "base": _eval_numbers(base.summary),
@@ -261,14 +269,20 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     axes[1].set_title(f"Held-out arithmetic problems (n={s['eval_n']}), greedy")
     fig.savefig(out / f"cpu_grpo_demo-{name}.png", dpi=100)
     plt.close(fig)
+    # Every seed's run is kept as a recorded run (metrics, samples, every graded
+    # answer), so what it learned can be read again without training; --record
+    # also writes the first seed where the notebooks read it.
+    command = "python bench/cpu_grpo_demo.py " + " ".join(
+        shlex.quote(a) for a in (args.argv or [])
+    )
+    targets = [out / name]
     if args.record and seed == args.seeds[0]:
-        command = "python bench/cpu_grpo_demo.py " + " ".join(
-            shlex.quote(a) for a in (args.argv or [])
-        )
+        targets.append(ROOT / args.record)
+    for target in targets:
         reference.write_run(
-            ROOT / args.record,
+            target,
             command=command.strip(),
-            settings={**config.to_dict(), **s},
+            settings={**config.to_dict(), **s, "split": args.split},
             metrics=result.metrics,
             samples=training.load_samples(run_dir),
             base=base.records,

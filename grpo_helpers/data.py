@@ -48,6 +48,8 @@ __all__ = [
     "get_num_steps",
     "load_gsm8k",
     "make_arithmetic_problems",
+    "ARITHMETIC_ROWS",
+    "arithmetic_split",
     "make_arithmetic_splits",
     "pick_batch",
 ]
@@ -679,3 +681,47 @@ def make_arithmetic_splits(
     _check_int("n_test", n_test, 0)
     rows = make_arithmetic_problems(n_train + n_test, seed=seed, difficulty=difficulty)
     return rows.select(range(n_train)), rows.select(range(n_train, n_train + n_test))
+
+
+#: Rows of each split of the arithmetic track, in the order they are generated: the
+#: training problems, then the validation problems (every pilot and every earlier
+#: "held-out" number scored these), then the final test problems, which only the
+#: reported runs score. All three come from one stream of distinct questions, so
+#: they never overlap, and a split is the same whatever the others' sizes.
+ARITHMETIC_ROWS = {"train": 2000, "validation": 500, "test": 500}
+
+
+def arithmetic_split(split: str, seed: int = 0, difficulty: int = 1) -> Dataset:
+    """One split of the arithmetic track: ``"train"``, ``"validation"`` or ``"test"``.
+
+    Settings are chosen on ``validation``; results are reported on ``test``, which
+    no pilot has scored (see :data:`ARITHMETIC_ROWS`).
+
+    Args:
+        split: ``"train"``, ``"validation"`` or ``"test"``.
+        seed: as in :func:`make_arithmetic_problems`; each seed has its own problems.
+        difficulty: as in :func:`make_arithmetic_problems`.
+
+    Returns:
+        A ``Dataset`` with ``question`` and ``answer`` columns.
+
+    Raises:
+        ValueError: an unknown split; the message names the three.
+
+    Introduced in: 01_gsm8k_dataset.ipynb
+
+    Example:
+        >>> val, test = (arithmetic_split(s, seed=3) for s in ("validation", "test"))
+        >>> len(val), len(test), set(val["question"]).isdisjoint(test["question"])
+        (500, 500, True)
+    """
+    _check_choice("split", split, tuple(ARITHMETIC_ROWS))
+    start = 0
+    for name, size in ARITHMETIC_ROWS.items():
+        if name == split:
+            break
+        start += size
+    rows = make_arithmetic_problems(
+        start + ARITHMETIC_ROWS[split], seed=seed, difficulty=difficulty
+    )
+    return rows.select(range(start, start + ARITHMETIC_ROWS[split]))

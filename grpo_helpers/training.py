@@ -46,15 +46,15 @@ from grpo_helpers import tracking
 from grpo_helpers.advantages import is_degenerate, kl_penalty, length_scales
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.data import (
+    arithmetic_split,
     batch_indices,
     extract_gsm8k_answer,
     get_num_steps,
     load_gsm8k,
-    make_arithmetic_splits,
 )
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.prompts import build_prompt
-from grpo_helpers.rewards import get_reward_fn, grade_answer
+from grpo_helpers.rewards import get_reward_fn, grade_answer, read_answer
 from grpo_helpers.rollout import (
     make_sampling_params,
     run_rollout_group,
@@ -73,9 +73,9 @@ RESUME_MUTABLE_FIELDS = (
     "save_every",
 )
 
-#: Arithmetic problems generated for the arithmetic track (train / held-out test).
-ARITHMETIC_TRAIN_ROWS = 2000
-ARITHMETIC_TEST_ROWS = 500
+#: The splits a run can load: train on ``train``; choose settings on ``validation``
+#: (the arithmetic track only: GSM8K has no validation split); report on ``test``.
+SPLITS = ("train", "validation", "test")
 
 
 # ----------------------------------------------------------------------------------
@@ -84,20 +84,26 @@ ARITHMETIC_TEST_ROWS = 500
 
 
 def load_split(config: GRPOConfig, split: str) -> Any:
-    """The rows a run trains on (``split="train"``) or is evaluated on ("test").
+    """The rows a run trains on (``split="train"``), is tuned on (``"validation"``)
+    or is reported on (``"test"``).
 
     GSM8K comes from the bundled copy; ``dataset="arithmetic"`` generates GSM8K-format
-    word problems with disjoint train and test questions (same seed, same rows).
-    ``limit`` keeps the first rows of the train split, as train.py's ``--limit``.
+    word problems with disjoint train, validation and test questions
+    (``data.arithmetic_split``: same seed, same rows). ``limit`` keeps the first rows
+    of the train split, as train.py's ``--limit``.
+
+    Raises:
+        ValueError: an unknown split, or ``"validation"`` on GSM8K.
     """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; choose one of {', '.join(SPLITS)}")
     if config.dataset == "arithmetic":
-        train, test = make_arithmetic_splits(
-            ARITHMETIC_TRAIN_ROWS,
-            ARITHMETIC_TEST_ROWS,
-            seed=config.seed,
-            difficulty=config.difficulty,
+        rows = arithmetic_split(split, seed=config.seed, difficulty=config.difficulty)
+    elif split == "validation":
+        raise ValueError(
+            "GSM8K has no validation split (only train and test); choose settings "
+            "on the arithmetic track's validation split (dataset='arithmetic')"
         )
-        rows = train if split == "train" else test
     else:
         rows = load_gsm8k(split)
     if split == "train" and config.limit is not None:
@@ -294,6 +300,7 @@ def step_metrics(
     Returns:
         A flat dict; ``reward_mean`` is the mean reward over all completions,
         ``accuracy`` the fraction whose boxed answer is exactly right,
+        ``boxed_frac`` the fraction with a complete ``\\boxed{}`` answer,
         ``entropy`` the mean negative logprob of the sampled tokens (an estimate
         of the sampler's entropy per token at temperature 1).
     """
@@ -302,10 +309,12 @@ def step_metrics(
     exact = [e for g in groups for e in g.exact]
     skipped = sum(g.degenerate for g in groups)
     hit_max = sum(n >= max_tokens for n in lengths)
+    boxed = [read_answer(s.text)[1] for s in samples]
     return {
         "step": step,
         "reward_mean": float(np.mean([s.reward for s in samples])),
         "accuracy": float(np.mean(exact)),
+        "boxed_frac": float(np.mean(boxed)),
         "group_reward_std": float(np.mean([np.std(g.rewards) for g in groups])),
         "frac_degenerate": skipped / len(groups),
         "valid_groups": len(groups) - skipped,

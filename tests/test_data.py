@@ -17,8 +17,10 @@ from hypothesis import strategies as st
 
 from grpo_helpers import data
 from grpo_helpers.data import (
+    ARITHMETIC_ROWS,
     BUNDLED_DIR,
     GSM8KIntegrityError,
+    arithmetic_split,
     extract_gsm8k_answer,
     get_num_steps,
     load_gsm8k,
@@ -505,3 +507,35 @@ def test_package_exports_and_import_is_light() -> None:
         [sys.executable, "-c", code], cwd=root, capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_arithmetic_validation_and_test_splits_are_apart() -> None:
+    # validation is the held-out block every earlier pilot scored (the 500 rows
+    # after the 2,000 training rows); test is the next 500, scored by no pilot
+    train, old_held_out = make_arithmetic_splits(2000, 500, seed=3)
+    validation = arithmetic_split("validation", seed=3)
+    test = arithmetic_split("test", seed=3)
+    assert list(arithmetic_split("train", seed=3)["question"]) == list(
+        train["question"]
+    )
+    assert list(validation["question"]) == list(old_held_out["question"])
+    assert len(test) == ARITHMETIC_ROWS["test"]
+    seen = set(train["question"]) | set(validation["question"])
+    assert seen.isdisjoint(test["question"])
+    with pytest.raises(ValueError, match="'train', 'validation', 'test'"):
+        arithmetic_split("holdout")
+
+
+def test_load_split_refuses_a_gsm8k_validation_split() -> None:
+    from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.training import load_split
+
+    config = GRPOConfig(dataset="gsm8k", backend="local")
+    with pytest.raises(ValueError, match="GSM8K has no validation split"):
+        load_split(config, "validation")
+    with pytest.raises(ValueError, match="unknown split 'dev'"):
+        load_split(config, "dev")
+    arithmetic = GRPOConfig(dataset="arithmetic", backend="local", seed=5)
+    assert list(load_split(arithmetic, "test")["question"]) == list(
+        arithmetic_split("test", seed=5)["question"]
+    )
