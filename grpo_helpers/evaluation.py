@@ -44,7 +44,7 @@ import pandas as pd
 import pytrio
 from tqdm.auto import tqdm
 
-from grpo_helpers import data, prompts, rewards
+from grpo_helpers import answers, data, prompts, rewards
 
 __all__ = [
     "Comparison",
@@ -70,6 +70,7 @@ RECORD_COLUMNS = [
     "index",
     "question",
     "gold",
+    "operation",
     "completion",
     "extracted",
     "boxed",
@@ -473,14 +474,14 @@ def k_curves(
     rows = []
     for k in ks or range(1, n + 1):
         passes, majors = [], []
-        for answers, gold, correct in zip(
+        for sampled, gold, correct in zip(
             records["answers"], records["gold"], records["correct"], strict=True
         ):
             passes.append(pass_at_k(len(correct), int(sum(correct)), k))
-            subsets = list(itertools.combinations(range(len(answers)), k))
+            subsets = list(itertools.combinations(range(len(sampled)), k))
             if len(subsets) > max_subsets:
                 subsets = rng.sample(subsets, max_subsets)
-            votes = [maj_at_k([answers[i] for i in subset], gold) for subset in subsets]
+            votes = [maj_at_k([sampled[i] for i in subset], gold) for subset in subsets]
             majors.append(sum(votes) / len(votes))
         rows.append(
             {"k": k, "pass@k": float(np.mean(passes)), "maj@k": float(np.mean(majors))}
@@ -526,11 +527,20 @@ def _question_rows(
     for index, row in zip(indices, items, strict=True):
         if "answer" in row:
             gold = data.extract_gsm8k_answer(row["answer"])
+            operation = answers.solution_operation(row["answer"])
         elif "gold" in row:
             gold = str(row["gold"])
+            operation = row.get("operation")
         else:
             raise KeyError("each question needs an 'answer' (GSM8K format) or 'gold'")
-        rows.append({"index": index, "question": row["question"], "gold": gold})
+        rows.append(
+            {
+                "index": index,
+                "question": row["question"],
+                "gold": gold,
+                "operation": operation,
+            }
+        )
     return rows
 
 
@@ -579,6 +589,7 @@ def _record(
         "index": row["index"],
         "question": row["question"],
         "gold": row["gold"],
+        "operation": row["operation"],
         "completion": first["completion"],
         "extracted": first["extracted"],
         "boxed": first["boxed"],
@@ -609,7 +620,9 @@ def _records_frame(records: list[dict[str, Any]], num_samples: int) -> pd.DataFr
             # object columns keep None as None (pandas would otherwise turn it into NaN)
             column: pd.Series(
                 [r[column] for r in records],
-                dtype=object if column in ("extracted", "answer_lenient") else None,
+                dtype=object
+                if column in ("extracted", "answer_lenient", "operation")
+                else None,
             )
             for column in columns
         }
@@ -633,6 +646,7 @@ async def evaluate_async(
     indices: Sequence[int] | None = None,
     name: str = "model",
     confidence: float = 0.95,
+    fewshot: Sequence[Mapping[str, str]] = prompts.FEWSHOT_PREFIX,
 ) -> EvalResult:
     """Coroutine version of :func:`evaluate`: ``await evaluate_async(...)``.
 
@@ -646,7 +660,9 @@ async def evaluate_async(
     if num_samples < 1:
         raise ValueError(f"num_samples must be >= 1, got {num_samples}")
     rows = _question_rows(questions, indices)
-    prompt_tokens = [list(prompts.build_prompt(tokenizer, r["question"])) for r in rows]
+    prompt_tokens = [
+        list(prompts.build_prompt(tokenizer, r["question"], fewshot)) for r in rows
+    ]
     params = pytrio.SamplingParams(
         max_tokens=max_tokens,
         temperature=temperature,
@@ -695,6 +711,7 @@ async def evaluate_async(
         "num_samples": num_samples,
         "seed": seed,
         "concurrency": concurrency,
+        "fewshot": [dict(turn) for turn in fewshot],
     }
     summary = summarize(frame, confidence=confidence, seconds=seconds)
     return EvalResult(records=frame, summary=summary, name=name, settings=settings)
@@ -730,6 +747,7 @@ def evaluate(
     indices: Sequence[int] | None = None,
     name: str = "model",
     confidence: float = 0.95,
+    fewshot: Sequence[Mapping[str, str]] = prompts.FEWSHOT_PREFIX,
 ) -> EvalResult:
     """Accuracy of a sampler on GSM8K questions, with one record per question.
 
@@ -756,6 +774,8 @@ def evaluate(
         indices: question ids (overrides an ``index`` column; default ``0..n-1``).
         name: label of this model in tables.
         confidence: coverage of the Wilson intervals in the summary.
+        fewshot: the prompt's worked example (``prompts.PROMPT_EXAMPLES``): the
+            series' strawberry example by default, ``[]`` for zero-shot.
 
     Returns:
         An :class:`EvalResult` whose ``records`` are in question order and whose
@@ -781,6 +801,7 @@ def evaluate(
             indices=indices,
             name=name,
             confidence=confidence,
+            fewshot=fewshot,
         )
     )
 

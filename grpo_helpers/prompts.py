@@ -20,10 +20,13 @@ answer goes in a box).
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 __all__ = [
+    "ARITHMETIC_EXAMPLE",
     "FEWSHOT_PREFIX",
+    "PROMPT_EXAMPLES",
     "QUESTION_SUFFIX",
     "build_messages",
     "build_prompt",
@@ -49,11 +52,41 @@ FEWSHOT_PREFIX: list[dict[str, str]] = [
 ]
 
 
-def build_messages(question: str) -> list[dict[str, str]]:
+#: A worked example in the arithmetic problems' own style, for the prompt-only
+#: baseline of notebook 07 (one arithmetic example in place of the strawberry one).
+#: Its name and numbers are outside the generator's (``data.make_arithmetic_problems``
+#: has no "Mia"), so it is never one of the held-out questions.
+ARITHMETIC_EXAMPLE: list[dict[str, str]] = [
+    {
+        "role": "user",
+        "content": "Mia has 12 stickers. She gets 5 more stickers. How many "
+        "stickers does Mia have now?" + QUESTION_SUFFIX,
+    },
+    {
+        "role": "assistant",
+        "content": "<think>\n\n</think>\n\nMia has 12 + 5 = 17 stickers now. "
+        "\\boxed{17}",
+    },
+]
+
+#: The prompts notebook 07 compares, by name: the series' own (the strawberry
+#: example), one arithmetic example instead, and no example at all.
+PROMPT_EXAMPLES: dict[str, list[dict[str, str]]] = {
+    "strawberry example": FEWSHOT_PREFIX,
+    "arithmetic example": ARITHMETIC_EXAMPLE,
+    "zero-shot": [],
+}
+
+
+def build_messages(
+    question: str, fewshot: Sequence[Mapping[str, str]] = FEWSHOT_PREFIX
+) -> list[dict[str, str]]:
     """The chat for one question: the few-shot example, then the question + suffix.
 
     Args:
         question: a GSM8K question (non-empty).
+        fewshot: the worked example's turns (default the demo scripts'
+            strawberry example; ``[]`` asks the question alone).
 
     Returns:
         Three messages (``role``/``content`` dicts): user, assistant, user. They are
@@ -77,18 +110,23 @@ def build_messages(question: str) -> list[dict[str, str]]:
     if not question.strip():
         raise ValueError(f"question is empty: {question!r}")
     return [
-        *copy.deepcopy(FEWSHOT_PREFIX),
+        *[dict(turn) for turn in copy.deepcopy(list(fewshot))],
         {"role": "user", "content": question + QUESTION_SUFFIX},
     ]
 
 
-def build_prompt(tokenizer: Any, question: str) -> list[int]:
+def build_prompt(
+    tokenizer: Any,
+    question: str,
+    fewshot: Sequence[Mapping[str, str]] = FEWSHOT_PREFIX,
+) -> list[int]:
     """Render the chat for ``question`` and encode it as prompt token ids.
 
     Args:
         tokenizer: a Hugging Face-style tokenizer with ``apply_chat_template`` and
             ``encode`` (PyTRIO's ``get_tokenizer()`` and the local engine's both fit).
         question: a GSM8K question (non-empty).
+        fewshot: the worked example (see :func:`build_messages`).
 
     Returns:
         ``prompt_tokens``: the token ids of the rendered chat, ending with the
@@ -99,7 +137,7 @@ def build_prompt(tokenizer: Any, question: str) -> list[int]:
 
     Introduced in: 01_gsm8k_dataset.ipynb
     """
-    messages = build_messages(question)
+    messages = build_messages(question, fewshot)
     prompt_text = tokenizer.apply_chat_template(
         messages,
         tokenize=False,

@@ -161,7 +161,7 @@ class FakeSamplingClient:
         )
 
 
-def _simple_prompt(tokenizer, question: str) -> list[int]:  # noqa: ANN001
+def _simple_prompt(tokenizer, question: str, fewshot=()) -> list[int]:  # noqa: ANN001
     return tokenizer.encode(f"Question: {question}\nAnswer:")
 
 
