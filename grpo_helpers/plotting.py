@@ -589,3 +589,57 @@ def plot_reward_distributions(
     ax.set(xlabel="reward", ylabel="completions", title="Reward distributions")
     ax.legend(fontsize=8)
     return ax
+
+
+#: One colour per answer class (``answers.CLASSES``): greens for right, greys for
+#: the form of an answer, reds for a wrong number.
+CLASS_COLORS = {
+    "right, boxed": "#2ca02c",
+    "right, unboxed": "#98df8a",
+    "copied the example": "#8c564b",
+    "cut off": "#7f7f7f",
+    "no number": "#c7c7c7",
+    "wrong operation": "#d62728",
+    "right operation, wrong result": "#ff9896",
+    "wrong number, other": "#f7b6d2",
+}
+
+
+def plot_answer_classes(
+    counts: pd.DataFrame, ax: plt.Axes | None = None, title: str = ""
+) -> plt.Axes:
+    """Stacked bars: the share of each answer class (rows of ``counts``, as
+    ``answers.class_counts`` returns them) for each model (columns).
+
+    Introduced in: 07_base_vs_grpo_eval.ipynb
+    """
+    ax = _axes(ax, figsize=(max(4.0, 1.3 * len(counts.columns) + 3.5), 3.8))
+    shares = counts / counts.sum()
+    bottom = np.zeros(len(shares.columns))
+    x = np.arange(len(shares.columns))
+    for name, row in shares.iterrows():
+        values = row.to_numpy(dtype=float)
+        ax.bar(
+            x,
+            values,
+            bottom=bottom,
+            color=CLASS_COLORS.get(str(name)),
+            label=str(name),
+            width=0.7,
+        )
+        for xi, (value, low) in enumerate(zip(values, bottom, strict=True)):
+            if value >= 0.06:
+                ax.text(
+                    xi,
+                    low + value / 2,
+                    f"{value:.0%}",
+                    ha="center",
+                    va="center",
+                    fontsize=8,
+                )
+        bottom += values
+    ax.set_xticks(x, [_wrap(str(c), 14) for c in shares.columns])
+    ax.set(ylim=(0, 1), ylabel="share of answers", title=title)
+    ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
+    return ax
