@@ -1,10 +1,12 @@
 """Record notebook 08's ablation: every variant of the GRPO objective, three seeds.
 
-Each (variant, seed) trains SmolLM2 on arithmetic problems for a few minutes
-(``grpo_helpers.ablation.BASELINE``), scores it on held-out problems halfway and at
-the end, and writes ``data/reference_runs/ablation/<variant>-seed<k>.json``. The
-script is resumable: a (variant, seed) whose file exists is skipped, and an
-interrupted one continues from its last checkpoint. Notebook 08 plots the files.
+Each (variant, seed) is notebook 05's run (``grpo_helpers.ablation.BASELINE``: 30
+sync steps of SmolLM2 on the arithmetic problems) with one change, scored on 100
+problems of the final test split at step 0, halfway and at the end, and written to
+``data/reference_runs/ablation/<variant>-seed<k>.json``. The script is resumable: a
+(variant, seed) whose file exists is skipped, and an interrupted one continues from
+its last checkpoint (its run directory under ``runs/ablation/``). Notebook 08 plots
+the files and tests each variant against the baseline.
 
 Run::
 
@@ -12,7 +14,9 @@ Run::
     python bench/ablations.py --variants baseline "ppo, mu=2" --seeds 0
     python bench/ablations.py --quick              # tiny-random smoke run (seconds)
 
-It prints one line per run and ends with the table notebook 08 shows.
+Two processes with disjoint ``--variants`` (or ``--seeds``) can share the work on
+two cores (``OMP_NUM_THREADS=1`` each). It prints one line per run, the total time,
+whether the baseline learned on every seed, and each variant against the baseline.
 """
 
 from __future__ import annotations
@@ -28,22 +32,55 @@ sys.path.insert(0, str(ROOT))
 
 from grpo_helpers import ablation  # noqa: E402
 
+#: The smoke run: tiny-random, two steps of a few tokens, a few questions, and the
+#: shaped reward (random text is never right, so only it gives groups a spread).
+QUICK = {
+    "steps": 2,
+    "max_tokens": 8,
+    "reward": "shaped",
+    "eval_questions": 4,
+    "eval_max_tokens": 8,
+}
 
-def main(argv: list[str] | None = None) -> None:
+
+def main(argv: list[str] | None = None) -> list[dict]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--variants", nargs="+", default=list(ablation.VARIANTS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    p.add_argument("--out", default=str(ablation.ABLATION_DIR))
+    p.add_argument(
+        "--out",
+        default=None,
+        help="where the JSON files go (default data/reference_runs/ablation, or "
+        "runs/ablation-quick with --quick); run directories go beside them",
+    )
     p.add_argument("--quick", action="store_true", help="tiny-random, 2 steps")
     args = p.parse_args(argv)
+    unknown = [v for v in args.variants if v not in ablation.VARIANTS]
+    if unknown:
+        p.error(
+            f"unknown variant(s) {', '.join(map(repr, unknown))}; choose from "
+            + ", ".join(map(repr, ablation.VARIANTS))
+        )
     base = ablation.BASELINE
-    out = Path(args.out)
-    run_root = None  # grpo_helpers' default: runs/ablation
+    out = Path(args.out) if args.out else ablation.ABLATION_DIR
+    run_root = None if not args.out else out / "runs"  # default: runs/ablation
+    scoring = {}
     if args.quick:
         # A smoke run keeps its files apart: the full ablation never resumes from
         # a tiny-random checkpoint (it would refuse: the configs differ).
-        base = replace(base, base_model="tiny-random", steps=2, max_tokens=8)
-        out = run_root = ROOT / "runs" / "ablation-quick"
+        base = replace(
+            base,
+            base_model="tiny-random",
+            steps=QUICK["steps"],
+            max_tokens=QUICK["max_tokens"],
+            reward=QUICK["reward"],
+        )
+        if not args.out:
+            out = run_root = ROOT / "runs" / "ablation-quick"
+        scoring = {
+            "eval_questions": QUICK["eval_questions"],
+            "eval_max_tokens": QUICK["eval_max_tokens"],
+        }
     started = time.time()
     base_cache: dict = {}  # the base model answers each seed's questions once
     for variant in args.variants:
@@ -59,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
                 out_dir=out,
                 run_root=run_root,
                 base_cache=base_cache,
+                **scoring,
             )
             points = ", ".join(
                 f"step {h['step']} {h['exact']:.0%}" for h in record["held_out"]
@@ -68,8 +106,16 @@ def main(argv: list[str] | None = None) -> None:
                 f"{record['seconds'] / 60:.1f} min",
                 flush=True,
             )
-    print(f"total {(time.time() - started) / 60:.1f} min")
-    print(ablation.final_table(ablation.load_results(out)).to_string(index=False))
+    print(f"total {(time.time() - started) / 60:.1f} min (this process)")
+    results = ablation.load_results(out)
+    runs = sum(r["seconds"] for r in results) / 60
+    print(f"{len(results)} runs recorded, {runs:.0f} min of runs in all")
+    print(ablation.baseline_learning(results).round(3).to_string(index=False))
+    for grade in ("exact", "lenient"):
+        print(f"each variant against the baseline, {grade}, pooled over seeds:")
+        table = ablation.paired_outcomes(results, grade)
+        print(table.round(3).to_string(index=False))
+    return results
 
 
 if __name__ == "__main__":

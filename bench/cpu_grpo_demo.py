@@ -59,28 +59,26 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from grpo_helpers import evaluation, plotting, reference, training  # noqa: E402
+from grpo_helpers import (  # noqa: E402
+    evaluation,
+    plotting,
+    presets,
+    reference,
+    training,
+)
 from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
 
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+SMOLLM2 = presets.SMOLLM2
 
 #: Training settings per preset; ``notebook`` must equal notebook 05's parameters
 #: cell at full size (tests/test_reference_runs.py checks it).
 PRESETS: dict[str, dict[str, Any]] = {
     "notebook": {
         "mode": "sync",
-        "steps": 30,
-        "batch_size": 2,
-        "group_size": 8,
-        "max_tokens": 48,
-        "lora_rank": 16,
-        "learning_rate": 2e-4,
-        "reward": "right_answer",
-        "temperature": 0.6,
-        "difficulty": 1,
-        "eval_n": 100,
-        "eval_max_tokens": 64,
+        **{k: v for k, v in presets.NOTEBOOK.items() if k != "dataset"},
+        "eval_n": presets.NOTEBOOK_EVAL["eval_questions"],
+        "eval_max_tokens": presets.NOTEBOOK_EVAL["eval_max_tokens"],
         "eval_at": 8,
     },
     "demo": {

@@ -1,13 +1,15 @@
-"""What the knobs do: short GRPO runs that differ in one setting, over several seeds.
+"""What the knobs do: GRPO runs that differ in one setting, over three seeds.
 
-Notebook 08 compares the series' baseline loop with variants of the full GRPO
-objective: std-scaled advantages, a KL penalty to the base model, PPO's clipped
-ratio with two updates per batch, two length normalisations, and the shaped reward.
-Each variant trains SmolLM2 for a few minutes on the arithmetic problems and is
-scored on held-out problems halfway and at the end. ``bench/ablations.py`` runs
-every variant for three seeds and records the results under
-``data/reference_runs/ablation/``, one small JSON file per run; notebook 08 plots
-them and can rerun any one variant.
+Notebook 08 compares the series' baseline, notebook 05's defaults exactly
+(:data:`grpo_helpers.presets.NOTEBOOK`), with variants of the full GRPO objective:
+std-scaled advantages, a KL penalty to the base model, PPO's clipped ratio with two
+updates per batch, two length normalisations, and another reward. Each run trains
+SmolLM2 for 30 steps of the sync loop on the arithmetic problems and is scored on
+100 problems of the final test split at step 0, halfway and at the end.
+``bench/ablations.py`` runs every variant for three seeds and records the results
+under ``data/reference_runs/ablation/``, one small JSON file per run; notebook 08
+plots them, tests each variant against the baseline (:func:`paired_outcomes`) and
+can rerun any one variant.
 
 A run is resumable at two levels: a finished (variant, seed) is never run again,
 and an interrupted one continues from its last checkpoint (the run directory).
@@ -25,49 +27,57 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
-from grpo_helpers import evaluation, reference, training
+from grpo_helpers import answers, evaluation, presets, reference, training
 from grpo_helpers.config import SETTINGS, GRPOConfig
 
 #: Where the recorded ablation lives.
 ABLATION_DIR = reference.REFERENCE_DIR / "ablation"
 
+#: The KL variant's weight: large enough that its KL to the base model stays
+#: visibly below the baseline's (notebook 08 plots both).
+KL_BETA = 0.2
+#: The reward the reward variant trains on instead of the baseline's.
+OTHER_REWARD = "binary" if presets.NOTEBOOK["reward"] != "binary" else "right_answer"
+
 #: Each variant changes the baseline in one place (GRPOConfig fields).
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
     "std-scaled advantages": {"advantage_scale": "group"},
-    "KL beta=0.05": {"kl_coef": 0.05},
+    f"KL beta={KL_BETA:g}": {"kl_coef": KL_BETA},
     "ppo, mu=2": {"loss_fn": "ppo", "updates_per_batch": 2},
     "sequence-mean": {"normalization": "sequence_mean"},
-    "token-mean (DAPO)": {"normalization": "token_mean"},
-    "binary reward": {"reward": "binary"},
+    "constant (Dr. GRPO)": {"normalization": "constant"},
+    f"{OTHER_REWARD.replace('_', '-')} reward": {"reward": OTHER_REWARD},
 }
 
-#: The baseline: notebook 05's earlier settings (32 tokens, temperature 0.8, the
-#: article's shaped reward) for 8 steps; notebook 05 now trains on the right-answer
-#: reward with 48 tokens at temperature 0.6. About 4 minutes on 2 CPU cores with
-#: the async loop and the KL measurement (``bench/ablations.py`` prints each run's
-#: time).
+#: Variants of earlier ablations left out, and why.
+DROPPED = {
+    "token-mean (DAPO)": (
+        "its per-token weight 1/sum|o_j| is the token sum's divided by the step's "
+        "total length: the same ordering of tokens within a step as the baseline, "
+        "only rescaled per step (notebook 08, section 2), so it would spend three "
+        "30-step runs to show what a table shows; the two normalisations kept "
+        "change the weights within a step"
+    ),
+}
+
+#: The baseline: notebook 05's defaults exactly, with the KL to the base model
+#: measured (it changes no update) and a checkpoint every step (resumable).
 BASELINE = GRPOConfig(
-    base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+    base_model=presets.SMOLLM2,
     backend="local",
-    dataset="arithmetic",
-    difficulty=1,
-    steps=8,
-    batch_size=2,
-    group_size=8,
-    max_tokens=32,
-    temperature=0.8,
-    learning_rate=2e-4,
-    lora_rank=16,
-    reward="shaped",
-    measure_kl=True,  # every variant logs its KL to the base model
+    **presets.NOTEBOOK,
+    measure_kl=True,
     save_every=1,
 )
-#: Held-out problems scored after half the steps and at the end (greedy).
-EVAL_QUESTIONS = 50
-EVAL_MAX_TOKENS = 48
+#: Held-out problems scored at step 0, halfway and at the end (greedy), from the
+#: final test split, as notebook 07 scores a run.
+EVAL_SPLIT = presets.NOTEBOOK_EVAL["split"]
+EVAL_QUESTIONS = presets.NOTEBOOK_EVAL["eval_questions"]
+EVAL_MAX_TOKENS = presets.NOTEBOOK_EVAL["eval_max_tokens"]
 
 
 def slug(variant: str) -> str:
@@ -103,29 +113,31 @@ def variant_config(
     )
 
 
-async def _evaluate(
+def _evaluate(
     service: Any,
     config: GRPOConfig,
     weights: str | None,
-    base_cache: dict[tuple[str, int, int], pd.DataFrame] | None = None,
+    base_cache: dict[tuple[Any, ...], pd.DataFrame] | None = None,
+    questions: int = EVAL_QUESTIONS,
+    max_tokens: int = EVAL_MAX_TOKENS,
 ) -> pd.DataFrame:
     """Greedy records on the held-out questions. The base model's (``weights``
     None) are kept in ``base_cache``: every variant of a seed is scored on the same
     questions, so the base model answers them once per seed."""
-    key = (config.model_name, config.seed, config.difficulty)
+    key = (config.model_name, config.seed, config.difficulty, questions, max_tokens)
     if weights is None and base_cache is not None and key in base_cache:
         return base_cache[key]
-    held_out = training.load_split(config, "test").select(range(EVAL_QUESTIONS))
+    held_out = training.load_split(config, EVAL_SPLIT).select(range(questions))
     sampler = service.create_sampling_client(
         base_model=config.model_name, model_path=weights
     )
-    result = await evaluation.evaluate_async(
+    result = evaluation.evaluate(
         sampler,
         sampler.get_tokenizer(),
         held_out,
         temperature=0.0,
-        max_tokens=EVAL_MAX_TOKENS,
-        concurrency=16,
+        max_tokens=max_tokens,
+        concurrency=64,
         progress=False,
     )
     if weights is None and base_cache is not None:
@@ -133,13 +145,18 @@ async def _evaluate(
     return result.records
 
 
-def run_variant(variant: str, seed: int, **kwargs: Any) -> dict[str, Any]:
-    """:func:`run_variant_async` from plain code (a script, or a notebook cell that
-    does not ``await``)."""
-    return evaluation.run_coroutine(run_variant_async(variant, seed, **kwargs))
+def _held_out_point(step: int, records: pd.DataFrame) -> dict[str, Any]:
+    return {
+        "step": step,
+        "exact": float(records["exact"].mean()),
+        "lenient": float(records["lenient"].mean()),
+        "exact_by_question": [bool(x) for x in records["exact"]],
+        "lenient_by_question": [bool(x) for x in records["lenient"]],
+        "classes": answers.classify_records(records).tolist(),
+    }
 
 
-async def run_variant_async(
+def run_variant(
     variant: str,
     seed: int,
     *,
@@ -148,12 +165,12 @@ async def run_variant_async(
     run_root: Path | None = None,
     service: Any = None,
     on_step: Callable[[pd.DataFrame], None] | None = None,
-    base_cache: dict[tuple[str, int, int], pd.DataFrame] | None = None,
+    base_cache: dict[tuple[Any, ...], pd.DataFrame] | None = None,
+    eval_questions: int = EVAL_QUESTIONS,
+    eval_max_tokens: int = EVAL_MAX_TOKENS,
 ) -> dict[str, Any]:
-    """Train one variant for one seed, score it halfway and at the end.
-
-    The async loop (``training.train_async``) samples a step's prompts together. In
-    a notebook: ``record = await ablation.run_variant_async(...)``.
+    """Train one variant for one seed with notebook 05's sync loop, and score it
+    at step 0, halfway and at the end.
 
     Args:
         variant: a key of :data:`VARIANTS`.
@@ -166,10 +183,13 @@ async def run_variant_async(
         on_step: called with the metrics after each step (live plots).
         base_cache: the base model's records per seed, shared between the runs
             of one ablation (the bench passes one dict to every run).
+        eval_questions, eval_max_tokens: the held-out questions scored and the
+            tokens per answer (a smoke run scores fewer).
 
     Returns:
-        The run's record: settings, per-step metrics, and the held-out exact and
-        lenient accuracy (with per-question grades) at step 0, halfway and the end.
+        The run's record: settings, per-step metrics, and at each scored step the
+        held-out exact and lenient accuracy, per-question grades and answer
+        classes (``answers.classify_records``).
     """
     config = variant_config(variant, seed, base, run_root)
     if service is None:
@@ -177,11 +197,14 @@ async def run_variant_async(
 
         service = connect(config.backend, run_dir=Path(config.run_dir) / "checkpoints")
     started = time.time()
-    points = [(0, await _evaluate(service, config, None, base_cache))]
+    scoring = {"questions": eval_questions, "max_tokens": eval_max_tokens}
+    points = [
+        _held_out_point(0, _evaluate(service, config, None, base_cache, **scoring))
+    ]
     half = max(1, config.steps // 2)
     result = None
     for steps in sorted({half, config.steps}):
-        result = await training.train_async(
+        result = training.train_sync(
             replace(config, steps=steps),
             service,
             resume=True,
@@ -189,24 +212,17 @@ async def run_variant_async(
             progress=False,
             on_step=on_step,
         )
-        points.append((steps, await _evaluate(service, config, result.weights_path)))
+        records = _evaluate(service, config, result.weights_path, **scoring)
+        points.append(_held_out_point(steps, records))
     assert result is not None
     record = {
         "variant": variant,
         "seed": seed,
         "changes": VARIANTS[variant],
         "settings": reference.relative_paths(config.to_dict()),
-        "eval": {"questions": EVAL_QUESTIONS, "max_tokens": EVAL_MAX_TOKENS},
+        "eval": {"split": EVAL_SPLIT, **scoring},
         "metrics": json.loads(result.metrics.to_json(orient="records")),
-        "held_out": [
-            {
-                "step": step,
-                "exact": float(records["exact"].mean()),
-                "lenient": float(records["lenient"].mean()),
-                "exact_by_question": [bool(x) for x in records["exact"]],
-            }
-            for step, records in points
-        ],
+        "held_out": points,
         "seconds": round(time.time() - started, 1),
         "hardware": reference.hardware(),
         "versions": reference.versions(),
@@ -281,18 +297,140 @@ def final_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _pairs(
+    results: Sequence[Mapping[str, Any]], variant: str, grade: str, step: int = -1
+) -> tuple[np.ndarray, np.ndarray, list[int]]:
+    """Per-question outcomes of the baseline and ``variant`` at a scored step,
+    pooled over the seeds both have (each seed's questions in order)."""
+    by_key = {(r["variant"], r["seed"]): r for r in results}
+    seeds = sorted(s for v, s in by_key if v == variant and ("baseline", s) in by_key)
+    base, mine = [], []
+    for seed in seeds:
+        base += by_key[("baseline", seed)]["held_out"][step][f"{grade}_by_question"]
+        mine += by_key[(variant, seed)]["held_out"][step][f"{grade}_by_question"]
+    return np.asarray(base, dtype=bool), np.asarray(mine, dtype=bool), seeds
+
+
+def paired_outcomes(
+    results: Sequence[Mapping[str, Any]], grade: str = "exact"
+) -> pd.DataFrame:
+    """Each variant against the baseline at the end of training, pooled over seeds.
+
+    Every seed scores the baseline and the variant on the same held-out questions,
+    so the questions pair up: 3 seeds x 100 questions give 300 pairs. Per variant:
+    both accuracies, their difference with a 95% paired bootstrap interval
+    (``evaluation.paired_bootstrap_ci``), the pooled flips ``b`` (variant right,
+    baseline wrong) and ``c`` (the reverse) and McNemar's exact p on them. Under
+    "no difference" every flip goes either way with probability 1/2 in every seed,
+    so pooling the flips keeps the test exact. The interval and the test are about
+    these trained models on these questions: three seeds say little about how far
+    another seed would land.
+
+    Args:
+        results: the recorded runs (:func:`load_results`).
+        grade: ``"exact"`` or ``"lenient"``.
+    """
+    rows = []
+    for variant in VARIANTS:
+        if variant == "baseline":
+            continue
+        base, mine, seeds = _pairs(results, variant, grade)
+        if not seeds:
+            continue
+        b = int(np.sum(mine & ~base))
+        c = int(np.sum(base & ~mine))
+        low, high = evaluation.paired_bootstrap_ci(base, mine)
+        rows.append(
+            {
+                "variant": variant,
+                "seeds": len(seeds),
+                "pairs": len(base),
+                "baseline": float(base.mean()),
+                "variant_acc": float(mine.mean()),
+                "difference": float(mine.mean() - base.mean()),
+                "ci_low": low,
+                "ci_high": high,
+                "b": b,
+                "c": c,
+                "p_value": evaluation.mcnemar_exact_p(b, c),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def baseline_learning(
+    results: Sequence[Mapping[str, Any]], variant: str = "baseline"
+) -> pd.DataFrame:
+    """Did a variant learn? Per seed, held-out accuracy at step 0 and at the end,
+    with McNemar's exact p on the same questions, for both grades."""
+    rows = []
+    for r in sorted(
+        (r for r in results if r["variant"] == variant), key=lambda r: r["seed"]
+    ):
+        first, last = r["held_out"][0], r["held_out"][-1]
+        row: dict[str, Any] = {"variant": variant, "seed": r["seed"]}
+        for grade in ("exact", "lenient"):
+            before = np.asarray(first[f"{grade}_by_question"], dtype=bool)
+            after = np.asarray(last[f"{grade}_by_question"], dtype=bool)
+            row[f"{grade} before"] = float(before.mean())
+            row[f"{grade} after"] = float(after.mean())
+            row[f"{grade} p"] = evaluation.mcnemar_exact_p(
+                int(np.sum(after & ~before)), int(np.sum(before & ~after))
+            )
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+#: What :func:`mechanism_table` summarises per run: the metric, how, and its name.
+MECHANISMS = {
+    "reward": ("reward_mean", "last"),
+    "KL to base (k3)": ("kl_k3", "last"),
+    "clip fraction": ("clip_frac", "mean"),
+    "entropy": ("entropy", "last"),
+    "completion tokens": ("completion_tokens_mean", "last"),
+    "degenerate groups": ("frac_degenerate", "mean"),
+    "boxed": ("boxed_frac", "last"),
+}
+#: Steps averaged for a "last" value (one step is noisy: 16 completions).
+LAST_STEPS = 5
+
+
+def mechanism_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """One row per (variant, seed): each mechanism's value, the mean over the run
+    or over its last :data:`LAST_STEPS` steps (:data:`MECHANISMS`)."""
+    rows = []
+    for r in results:
+        metrics = pd.DataFrame(r["metrics"]).sort_values("step")
+        row: dict[str, Any] = {"variant": r["variant"], "seed": r["seed"]}
+        for name, (column, how) in MECHANISMS.items():
+            values = metrics[column] if column in metrics else pd.Series(dtype=float)
+            values = values.tail(LAST_STEPS) if how == "last" else values
+            row[name] = float(values.mean()) if len(values) else float("nan")
+        rows.append(row)
+    order = {v: i for i, v in enumerate(VARIANTS)}
+    frame = pd.DataFrame(rows)
+    return frame.sort_values(
+        ["variant", "seed"], key=lambda c: c.map(order) if c.name == "variant" else c
+    ).reset_index(drop=True)
+
+
 __all__ = [
     "ABLATION_DIR",
     "BASELINE",
+    "DROPPED",
     "EVAL_MAX_TOKENS",
     "EVAL_QUESTIONS",
+    "EVAL_SPLIT",
+    "MECHANISMS",
     "VARIANTS",
+    "baseline_learning",
     "final_table",
     "held_out_frame",
     "load_results",
+    "mechanism_table",
     "metrics_frame",
+    "paired_outcomes",
     "run_variant",
-    "run_variant_async",
     "slug",
     "variant_config",
 ]

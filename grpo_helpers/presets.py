@@ -1,0 +1,65 @@
+"""The series' run settings, defined once.
+
+``NOTEBOOK`` is notebook 05's full-size run on the local engine: what ``make series``
+trains, what the recorded run used, what ``bench/cpu_grpo_demo.py --preset
+notebook`` measures over six seeds, and the baseline of notebook 08's ablation.
+``PYTRIO`` is the article's run (Qwen3.5-4B on GSM8K), for the same notebooks on
+PyTRIO. ``NOTEBOOK_EVAL`` is how notebook 07 and the benches score a run.
+
+The notebooks' ``parameters`` cells spell the values out, one knob per line, so a
+learner can read and change them; a test checks that they equal these.
+
+Introduced in: 05_sync_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["BACKEND_PRESETS", "NOTEBOOK", "NOTEBOOK_EVAL", "PYTRIO", "SMOLLM2"]
+
+#: The local engine's real model.
+SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+#: Notebook 05's full-size run: ``GRPOConfig`` fields (the sync loop).
+NOTEBOOK: dict[str, Any] = {
+    "dataset": "arithmetic",
+    "difficulty": 1,
+    "steps": 30,
+    "batch_size": 2,
+    "group_size": 8,
+    "max_tokens": 48,
+    "temperature": 0.6,
+    "lora_rank": 16,
+    "learning_rate": 2e-4,
+    "reward": "right_answer",
+}
+
+#: How a run is scored: greedy, on the first 100 questions of the final test split
+#: (``data.arithmetic_split``), at most 64 tokens per answer.
+NOTEBOOK_EVAL: dict[str, Any] = {
+    "split": "test",
+    "eval_questions": 100,
+    "eval_max_tokens": 64,
+}
+
+#: The article's run on PyTRIO: 50 steps of 2 prompts x 16 completions on GSM8K,
+#: scored on GSM8K ``test[:100]`` with at most 512 tokens.
+PYTRIO: dict[str, Any] = {
+    "base_model": "Qwen/Qwen3.5-4B",
+    "dataset": "gsm8k",
+    "steps": 50,
+    "batch_size": 2,
+    "group_size": 16,
+    "max_tokens": 512,
+    "temperature": 1.0,
+    "lora_rank": 16,
+    "learning_rate": 4e-5,
+    "reward": "shaped",  # the article's train.py reward
+    "eval_questions": 100,
+    "eval_max_tokens": 512,
+}
+
+#: What a notebook's ``backend`` parameter changes: nothing on the local engine,
+#: the article's settings on PyTRIO.
+BACKEND_PRESETS: dict[str, dict[str, Any]] = {"local": {}, "pytrio": PYTRIO}
