@@ -60,9 +60,11 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from grpo_helpers import (  # noqa: E402
+    data,
     evaluation,
     plotting,
     presets,
+    prompts,
     reference,
     training,
 )
@@ -79,6 +81,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         **{k: v for k, v in presets.NOTEBOOK.items() if k != "dataset"},
         "eval_n": presets.NOTEBOOK_EVAL["eval_questions"],
         "eval_max_tokens": presets.NOTEBOOK_EVAL["eval_max_tokens"],
+        "prompt_baselines": 1,
+        "gsm8k_n": presets.NOTEBOOK_EVAL["gsm8k_questions"],
+        "gsm8k_max_tokens": presets.NOTEBOOK_EVAL["gsm8k_max_tokens"],
         "eval_at": 8,
     },
     "demo": {
@@ -94,6 +99,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "difficulty": 1,
         "eval_n": 200,
         "eval_max_tokens": 64,
+        "prompt_baselines": 0,
+        "gsm8k_n": 0,
+        "gsm8k_max_tokens": 0,
     },
     "quick": {
         "mode": "sync",
@@ -108,6 +116,9 @@ PRESETS: dict[str, dict[str, Any]] = {
         "difficulty": 1,
         "eval_n": 8,
         "eval_max_tokens": 8,
+        "prompt_baselines": 1,
+        "gsm8k_n": 2,
+        "gsm8k_max_tokens": 8,
         "eval_at": 1,
     },
 }
@@ -210,6 +221,19 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     base = evaluation.evaluate(
         base_sampler, tokenizer, held_out, name="base", **eval_kwargs
     )
+    # Prompt-only baselines: the base model on the same questions, graded the same
+    # way, with another worked example or none (notebook 07, section 8).
+    more: dict[str, Any] = {}
+    if s["prompt_baselines"]:
+        for prompt in ("zero-shot", "arithmetic example"):
+            more[prompt] = evaluation.evaluate(
+                base_sampler,
+                tokenizer,
+                held_out,
+                name=prompt,
+                fewshot=prompts.PROMPT_EXAMPLES[prompt],
+                **eval_kwargs,
+            )
     t_train = time.time()
     train = training.train_sync if s["mode"] == "sync" else training.train_async
     early = None
@@ -236,6 +260,13 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     trained = evaluation.evaluate(
         trained_sampler, tokenizer, held_out, name="GRPO", **eval_kwargs
     )
+    if s["gsm8k_n"]:  # GSM8K's own test questions, which the run never saw
+        gsm8k = data.load_gsm8k("test", limit=s["gsm8k_n"])
+        gsm8k_kwargs = {**eval_kwargs, "max_tokens": s["gsm8k_max_tokens"]}
+        for model, sampler in (("base", base_sampler), ("trained", trained_sampler)):
+            more[f"gsm8k {model}"] = evaluation.evaluate(
+                sampler, tokenizer, gsm8k, name=f"GSM8K {model}", **gsm8k_kwargs
+            )
     total_seconds = time.time() - started
     summary = reference.summarize_records(base.records, trained.records)
     numbers = {
@@ -250,6 +281,8 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "total_seconds": round(total_seconds, 1),
         "seconds_per_step": round(train_seconds / max(s["steps"], 1), 1),
     }
+    if more:
+        numbers["more"] = more_numbers(base, trained, more)
     if early is not None:
         numbers["early"] = {
             "step": args.eval_at,
@@ -286,6 +319,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             base=base.records,
             trained=trained.records,
             early=None if early is None else (args.eval_at, early.records),
+            evals={name: result.records for name, result in more.items()},
             extra={
                 "train_seconds": round(train_seconds, 1),
                 "total_seconds": round(total_seconds, 1),
@@ -299,6 +333,31 @@ def _run(train: Any, config: GRPOConfig, service: Any, **kwargs: Any) -> Any:
     if asyncio.iscoroutinefunction(train):
         return asyncio.run(train(config, service, progress=False, **kwargs))
     return train(config, service, progress=False, **kwargs)
+
+
+def more_numbers(
+    base: Any, trained: Any, more: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The prompt-only baselines against the base model and against GRPO, and the
+    GSM8K row (trained against base), each as McNemar's test on one set of
+    questions."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, result in more.items():
+        entry = _eval_numbers(result.summary)
+        entry["hit_max_tokens_frac"] = result.summary["hit_max_tokens_frac"]
+        if name.startswith("gsm8k"):
+            out[name] = entry
+            continue
+        entry["vs_base"] = reference.summarize_records(base.records, result.records)
+        entry["grpo_vs_this"] = reference.summarize_records(
+            result.records, trained.records
+        )
+        out[name] = entry
+    if "gsm8k base" in more and "gsm8k trained" in more:
+        out["gsm8k"] = reference.summarize_records(
+            more["gsm8k base"].records, more["gsm8k trained"].records
+        )
+    return out
 
 
 def _eval_numbers(summary: dict[str, Any]) -> dict[str, Any]:

@@ -36,11 +36,15 @@ NOTEBOOK: dict[str, Any] = {
 }
 
 #: How a run is scored: greedy, on the first 100 questions of the final test split
-#: (``data.arithmetic_split``), at most 64 tokens per answer.
+#: (``data.arithmetic_split``), at most 64 tokens per answer; and on GSM8K's own
+#: ``test[:100]`` with at most ``gsm8k_max_tokens`` (notebook 07 says what that
+#: budget cuts off).
 NOTEBOOK_EVAL: dict[str, Any] = {
     "split": "test",
     "eval_questions": 100,
     "eval_max_tokens": 64,
+    "gsm8k_questions": 100,
+    "gsm8k_max_tokens": 128,
 }
 
 #: The article's run on PyTRIO: 50 steps of 2 prompts x 16 completions on GSM8K,

@@ -13,6 +13,9 @@ A recorded run is a directory::
     samples.jsonl        a few completions per step (text, reward, advantage)
     eval_base.jsonl      per-question evaluation records of the base model
     eval_trained.jsonl   the same questions, for the trained weights
+    eval_early.jsonl     (optional) the same questions, partway through the run
+    eval_<name>.jsonl    (optional) more evaluations, listed in meta["evals"]:
+                         the prompt-only baselines and the GSM8K row
 
 Every path inside is relative to the project, never absolute; accuracies in
 ``meta.json`` are recomputed from the records by :func:`check_run`.
@@ -35,7 +38,7 @@ import json
 import os
 import platform
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -81,6 +84,10 @@ class RecordedRun:
         base, trained: per-question evaluation records of the two models.
         early: the records of the weights after ``meta["early_step"]`` steps, when
             the run scored them.
+        evals: more evaluations by name (``meta["evals"]``): the base model with
+            other prompts on the same questions (``"zero-shot"``, ``"arithmetic
+            example"``) and both models on GSM8K (``"gsm8k base"``, ``"gsm8k
+            trained"``).
     """
 
     path: Path
@@ -90,6 +97,7 @@ class RecordedRun:
     base: pd.DataFrame
     trained: pd.DataFrame
     early: pd.DataFrame | None = None
+    evals: dict[str, pd.DataFrame] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
@@ -192,6 +200,7 @@ def write_run(
     samples_per_step: int = 4,
     early: tuple[int, pd.DataFrame] | None = None,
     extra: Mapping[str, Any] | None = None,
+    evals: Mapping[str, pd.DataFrame] | None = None,
 ) -> Path:
     """Write a recorded run (see the module docstring); return its directory.
 
@@ -207,6 +216,8 @@ def write_run(
         early: ``(step, records)`` of the weights scored partway through the run
             (``eval_early.jsonl``): what a short run of the same settings gives.
         extra: more facts for ``meta.json`` (timings...).
+        evals: more evaluations by name (see :class:`RecordedRun`), each written
+            to ``eval_<name>.jsonl`` and listed in ``meta["evals"]``.
     """
     path = Path(directory)
     path.mkdir(parents=True, exist_ok=True)
@@ -230,6 +241,7 @@ def write_run(
         "versions": versions(),
         "settings": relative_paths(dict(settings)),
         "summary": summarize_records(base, trained),
+        "evals": {name: eval_file(name) for name in evals or {}},
         **relative_paths(dict(extra or {})),
     }
     (path / "meta.json").write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
@@ -237,6 +249,8 @@ def write_run(
     _write_jsonl(path / "samples.jsonl", kept)
     _write_jsonl(path / "eval_base.jsonl", base)
     _write_jsonl(path / "eval_trained.jsonl", trained)
+    for name, records in (evals or {}).items():
+        _write_jsonl(path / eval_file(name), records)
     if early is not None:
         meta["early_step"] = early[0]
         meta["early_summary"] = summarize_records(base, early[1])
@@ -245,6 +259,13 @@ def write_run(
         )
         _write_jsonl(path / "eval_early.jsonl", early[1])
     return path
+
+
+def eval_file(name: str) -> str:
+    """``eval_<name>.jsonl`` with the name made file-safe (``"gsm8k base"`` gives
+    ``eval_gsm8k-base.jsonl``)."""
+    safe = "".join(c if c.isalnum() else "-" for c in name.lower()).strip("-")
+    return f"eval_{safe}.jsonl"
 
 
 def load_run(name_or_path: str | Path = DEFAULT_RUN) -> RecordedRun:
@@ -283,6 +304,10 @@ def load_run(name_or_path: str | Path = DEFAULT_RUN) -> RecordedRun:
         if (path / "eval_early.jsonl").is_file()
         else None,
     )
+    for name, file in run.meta.get("evals", {}).items():
+        if not (path / file).is_file():
+            raise ValueError(f"{path} lists the evaluation {name!r} but lacks {file}")
+        run.evals[name] = jsonl(file)
     problems = check_run(run)
     if problems:
         raise ValueError(f"{path} is not a valid recorded run: " + "; ".join(problems))
@@ -354,6 +379,7 @@ __all__ = [
     "REFERENCE_DIR",
     "RecordedRun",
     "check_run",
+    "eval_file",
     "hardware",
     "load_run",
     "relative_paths",
