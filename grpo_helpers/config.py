@@ -62,6 +62,53 @@ SETTINGS = _read_settings()
 FAST = SETTINGS.fast
 
 
+#: The packages whose versions shape a run's numbers (printed by every notebook).
+REPORTED_PACKAGES = ("grpo-helpers", "pytrio", "torch", "transformers", "peft")
+
+
+def installed_version(name: str) -> str:
+    """The installed version of a package, or ``"not installed"``."""
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment_report(
+    packages: tuple[str, ...] = REPORTED_PACKAGES, engine: bool = True
+) -> str:
+    """What every notebook prints first: Python and package versions, the engine,
+    the device and the mode, so that an executed copy says where it ran.
+
+    Args:
+        packages: the packages whose versions to list.
+        engine: False for notebooks that use no engine (01-04): says so.
+
+    Example:
+        >>> "fast mode" in environment_report(("numpy",), engine=False)
+        True
+    """
+    import platform
+
+    versions = ", ".join(f"{name} {installed_version(name)}" for name in packages)
+    try:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    except ImportError:
+        device = "cpu (torch not installed)"
+    used = "unless the parameters choose another" if engine else "(not used here)"
+    return "\n".join(
+        [
+            f"python {platform.python_version()}; {versions}",
+            f"engine: {SETTINGS.backend} {used}",
+            f"device: {device}, fast mode: {FAST}",
+        ]
+    )
+
+
 def pick(full, fast):  # noqa: ANN001, ANN201 - any value type
     """Return ``fast`` in fast mode (``GRPO_FAST=1``) and ``full`` otherwise.
 
