@@ -263,6 +263,12 @@ def plot_run_curves(
     return flat
 
 
+def add_caption(fig: plt.Figure, text: str, width: int = 150) -> None:
+    """A small line of text under a figure (wrapped at ``width`` characters): where
+    a recorded run's command, date and machine go instead of its legend entry."""
+    fig.supxlabel(_wrap(text, width), fontsize=7, color="0.35")
+
+
 class LivePlot:
     """Training curves that redraw in place after every step.
 
@@ -277,6 +283,8 @@ class LivePlot:
         label: this run's legend entry.
         lengths: with no reference, also draw completion lengths.
         window: steps in the rolling mean (with a reference).
+        caption: a line under the figure (the recorded run's command, date and
+            machine: ``RecordedRun.caption``), so the legend stays short.
     """
 
     def __init__(
@@ -286,8 +294,10 @@ class LivePlot:
         label: str = "your run",
         lengths: bool = False,
         window: int = 5,
+        caption: str | None = None,
     ) -> None:
         self.reference = dict(reference or {})
+        self.caption = caption
         self.label = label
         self.lengths = lengths
         self.window = window
@@ -300,6 +310,8 @@ class LivePlot:
             axes = plot_run_curves(
                 {self.label: metrics, **self.reference}, window=self.window
             )
+            if self.caption:
+                add_caption(axes[0].figure, self.caption)
             return axes[0].figure
         ncols = 2 if self.lengths else 1
         fig, axes = plt.subplots(

@@ -16,7 +16,17 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["BACKEND_PRESETS", "NOTEBOOK", "NOTEBOOK_EVAL", "PYTRIO", "SMOLLM2"]
+__all__ = [
+    "BACKEND_PRESETS",
+    "FAST_EVAL",
+    "FAST_NOTEBOOK",
+    "NOTEBOOK",
+    "NOTEBOOK_EVAL",
+    "PYTRIO",
+    "SMOLLM2",
+    "notebook_eval",
+    "notebook_run",
+]
 
 #: The local engine's real model.
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -67,3 +77,43 @@ PYTRIO: dict[str, Any] = {
 #: What a notebook's ``backend`` parameter changes: nothing on the local engine,
 #: the article's settings on PyTRIO.
 BACKEND_PRESETS: dict[str, dict[str, Any]] = {"local": {}, "pytrio": PYTRIO}
+
+#: What fast mode (``GRPO_FAST=1``) changes in :data:`NOTEBOOK`: the tiny random
+#: model, two steps of a few tokens, and the shaped reward (random text is never
+#: right, so only the shaped reward gives its groups a spread to learn from).
+FAST_NOTEBOOK: dict[str, Any] = {
+    "base_model": "tiny-random",
+    "steps": 2,
+    "group_size": 4,
+    "max_tokens": 8,
+    "reward": "shaped",
+}
+#: What fast mode changes in :data:`NOTEBOOK_EVAL`: a few questions, few tokens.
+FAST_EVAL: dict[str, Any] = {
+    "eval_questions": 8,
+    "eval_max_tokens": 8,
+    "gsm8k_questions": 4,
+    "gsm8k_max_tokens": 8,
+}
+
+
+def notebook_run(fast: bool | None = None) -> dict[str, Any]:
+    """Notebook 05's run as ``GRPOConfig`` fields, with the model named; smaller in
+    fast mode (``fast=None`` reads ``GRPO_FAST``).
+
+    Example:
+        >>> notebook_run(fast=True)["base_model"], notebook_run(fast=False)["steps"]
+        ('tiny-random', 30)
+    """
+    from grpo_helpers.config import FAST
+
+    fast = FAST if fast is None else fast
+    return {"base_model": SMOLLM2, **NOTEBOOK, **(FAST_NOTEBOOK if fast else {})}
+
+
+def notebook_eval(fast: bool | None = None) -> dict[str, Any]:
+    """How notebook 07 scores a run (:data:`NOTEBOOK_EVAL`), smaller in fast mode."""
+    from grpo_helpers.config import FAST
+
+    fast = FAST if fast is None else fast
+    return {**NOTEBOOK_EVAL, **(FAST_EVAL if fast else {})}

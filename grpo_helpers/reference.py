@@ -24,8 +24,8 @@ Example::
 
     >>> from grpo_helpers import reference
     >>> run = reference.load_run()  # doctest: +SKIP
-    >>> run.label  # doctest: +SKIP
-    'recorded run (python bench/cpu_grpo_demo.py --preset notebook --seed 0, ...)'
+    >>> run.caption  # doctest: +SKIP
+    'python bench/cpu_grpo_demo.py --preset notebook --seeds 0 1 2 ..., 2026-12-01, ...'
 
 Introduced in: 05_sync_training_loop.ipynb
 """
@@ -99,11 +99,15 @@ class RecordedRun:
     early: pd.DataFrame | None = None
     evals: dict[str, pd.DataFrame] = field(default_factory=dict)
 
+    #: The legend entry of its curves and bars: short, so plots keep their width.
+    label = "recorded run"
+
     @property
-    def label(self) -> str:
-        """``recorded run (command, date, machine)``: the legend of its curves."""
+    def caption(self) -> str:
+        """``command, date, machine``: the line printed under a figure that shows
+        the run, so a reader can make it again."""
         m = self.meta
-        return f"recorded run ({m['command']}, {m['date'][:10]}, {m['hardware']})"
+        return f"{m['command']}, {m['date'][:10]}, {m['hardware']}"
 
     def summary(self) -> dict[str, Any]:
         """Accuracies recomputed from the records (the same numbers as ``meta``)."""

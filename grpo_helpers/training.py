@@ -902,3 +902,26 @@ def train(config: GRPOConfig, mode: str = "sync", **kwargs: Any) -> TrainResult:
 
         return run_coroutine(train_async(config, **kwargs))  # works inside Jupyter
     raise ValueError(f"unknown mode {mode!r}; choose 'sync' or 'async'")
+
+
+#: What a run must share with the evaluation that reuses it (notebook 07).
+SAME_DATA_KEYS = ("backend", "base_model", "dataset", "difficulty")
+
+
+def find_weights(
+    run_dir: str | Path, like: GRPOConfig, keys: Sequence[str] = SAME_DATA_KEYS
+) -> tuple[str, GRPOConfig] | None:
+    """The final weights of the run in ``run_dir`` and its configuration, when it
+    finished and used the same ``keys`` (engine, model, data) as ``like``; else None.
+
+    A fast-mode run of the tiny model must never be evaluated as if it were a
+    SmolLM2 run: ``keys`` are what must match.
+    """
+    path = Path(run_dir)
+    if not (path / "weights.json").is_file() or not (path / "config.json").is_file():
+        return None
+    saved = json.loads((path / "config.json").read_text())
+    if any(saved.get(key) != getattr(like, key) for key in keys):
+        return None
+    weights = json.loads((path / "weights.json").read_text())["path"]
+    return weights, GRPOConfig.from_dict(saved)

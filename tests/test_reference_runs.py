@@ -118,8 +118,8 @@ def test_the_run_curves_plot_both_runs_with_their_labels():
         {"your run": run.metrics.head(3), run.label: run.metrics}
     )
     labels = axes[0].get_legend_handles_labels()[1]
-    assert labels == ["your run", run.label]
-    assert run.label.startswith("recorded run (python bench/cpu_grpo_demo.py")
+    assert labels == ["your run", "recorded run"] == ["your run", run.label]
+    assert run.caption.startswith("python bench/cpu_grpo_demo.py")
     plt.close("all")
 
 
