@@ -2,7 +2,7 @@
 
 Each (variant, seed) is notebook 05's run (``grpo_helpers.ablation.BASELINE``: 30
 sync steps of SmolLM2 on the arithmetic problems) with one change, scored on 100
-problems of the final test split at step 0, halfway and at the end, and written to
+problems of the final test split before and after training, and written to
 ``data/reference_runs/ablation/<variant>-seed<k>.json``. The script is resumable: a
 (variant, seed) whose file exists is skipped, and an interrupted one continues from
 its last checkpoint (its run directory under ``runs/ablation/``). Notebook 08 plots

@@ -655,3 +655,42 @@ def plot_answer_classes(
     ax.yaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
     ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False)
     return ax
+
+
+def plot_paired_differences(
+    table: pd.DataFrame, ax: plt.Axes | None = None, title: str = ""
+) -> plt.Axes:
+    """Each variant's difference from the baseline with its 95% interval (a forest
+    plot of ``ablation.paired_outcomes``): a bar that crosses zero is a difference
+    these questions cannot tell from none.
+
+    Introduced in: 08_what_the_knobs_do.ipynb
+    """
+    ax = _axes(ax, figsize=(7.0, 0.45 * len(table) + 1.2))
+    y = np.arange(len(table))[::-1]
+    diff = table["difference"].to_numpy(dtype=float)
+    low, high = table["ci_low"].to_numpy(dtype=float), table["ci_high"].to_numpy()
+    ax.errorbar(
+        diff,
+        y,
+        xerr=np.vstack([diff - low, high - diff]),
+        fmt="o",
+        color=COLORS["trained"],
+        capsize=4,
+    )
+    for yi, d, p in zip(y, diff, table["p_value"], strict=True):
+        ax.annotate(
+            f"{100 * d:+.0f} pts, p = {p:.2g}",
+            (d, yi),
+            xytext=(0, 7),
+            textcoords="offset points",
+            ha="center",
+            fontsize=8,
+        )
+    ax.axvline(0.0, color="black", linewidth=1)
+    ax.set_yticks(y, list(table["variant"]))
+    ax.set_ylim(-0.7, len(table) - 0.3)
+    ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
+    ax.set(xlabel="variant - baseline, held-out accuracy (95% interval)", title=title)
+    ax.grid(axis="x", alpha=0.3)
+    return ax

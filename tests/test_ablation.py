@@ -127,7 +127,7 @@ def test_quick_ablation_writes_what_notebook_08_reads(tmp_path):
     results = ablation.load_results(out)
     assert sorted(r["variant"] for r in results) == sorted(variants)
     for record in results:
-        assert [p["step"] for p in record["held_out"]] == [0, 1, 2]
+        assert [p["step"] for p in record["held_out"]] == [0, 2]
         point = record["held_out"][-1]
         n = len(point["exact_by_question"])
         assert n == len(point["lenient_by_question"]) == len(point["classes"]) == 4
