@@ -192,8 +192,10 @@ def plot_step_times(
 RUN_PANELS = (
     ("reward_mean", "reward (mean of the step's completions)", "reward", (0, 1)),
     ("accuracy", "training accuracy (exact)", "fraction", (0, 1)),
+    ("boxed_frac", "answers in a box", "fraction", (0, 1)),
     ("frac_degenerate", "degenerate groups (no learning signal)", "fraction", (0, 1)),
     ("completion_tokens_mean", "completion length", "tokens", None),
+    ("hit_max_frac", "cut off at max_tokens", "fraction", (0, 1)),
 )
 
 
@@ -213,8 +215,8 @@ def plot_run_curves(
     axes: Sequence[plt.Axes] | np.ndarray | None = None,
     window: int = 5,
 ) -> np.ndarray:
-    """Reward, training accuracy, degenerate groups and completion length per step,
-    for one or more runs on the same axes.
+    """Reward, training accuracy, boxed answers, degenerate groups, completion
+    length and cut-off answers per step, for one or more runs on the same axes.
 
     Each step is a faint dot; the line is the rolling mean over ``window`` steps
     (one step of 2 prompts is noisy; the trend is what to read).
@@ -222,15 +224,17 @@ def plot_run_curves(
     Args:
         runs: ``{label: metrics}`` (a metrics DataFrame, run directory or
             ``metrics.jsonl``), e.g. ``{"your run": ..., recorded.label: ...}``.
-        axes: four axes to draw on; a new 2 x 2 figure when None.
+        axes: six axes to draw on (:data:`RUN_PANELS`); a new 2 x 3 figure when
+            None. A run whose metrics lack a panel's column (recorded before it
+            was logged) is left out of that panel.
         window: steps in the rolling mean.
 
     Returns:
-        The four axes, flattened.
+        The six axes, flattened.
     """
     if axes is None:
         _, grid = plt.subplots(
-            2, 2, figsize=(FIGSIZE[0] * 2, FIGSIZE[1] * 1.8), layout="constrained"
+            2, 3, figsize=(FIGSIZE[0] * 2.4, FIGSIZE[1] * 1.8), layout="constrained"
         )
         axes = grid
     flat = np.asarray(axes).ravel()
