@@ -54,7 +54,12 @@ from grpo_helpers.data import (
 )
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.prompts import build_prompt
-from grpo_helpers.rewards import get_reward_fn, grade_answer, read_answer
+from grpo_helpers.rewards import (
+    answers_match,
+    get_reward_fn,
+    grade_answer,
+    read_answer,
+)
 from grpo_helpers.rollout import (
     make_sampling_params,
     run_rollout_group,
@@ -300,7 +305,9 @@ def step_metrics(
     Returns:
         A flat dict; ``reward_mean`` is the mean reward over all completions,
         ``accuracy`` the fraction whose boxed answer is exactly right,
-        ``boxed_frac`` the fraction with a complete ``\\boxed{}`` answer,
+        ``lenient_accuracy`` the fraction whose answer (boxed, else the last
+        number) is right, ``boxed_frac`` the fraction with a complete
+        ``\\boxed{}`` answer,
         ``entropy`` the mean negative logprob of the sampled tokens (an estimate
         of the sampler's entropy per token at temperature 1).
     """
@@ -309,11 +316,14 @@ def step_metrics(
     exact = [e for g in groups for e in g.exact]
     skipped = sum(g.degenerate for g in groups)
     hit_max = sum(n >= max_tokens for n in lengths)
-    boxed = [read_answer(s.text)[1] for s in samples]
+    read = [(read_answer(s.text), g.ground_truth) for g in groups for s in g.samples]
+    boxed = [is_boxed for (_, is_boxed), _ in read]
+    lenient = [answers_match(answer, gold) for (answer, _), gold in read]
     return {
         "step": step,
         "reward_mean": float(np.mean([s.reward for s in samples])),
         "accuracy": float(np.mean(exact)),
+        "lenient_accuracy": float(np.mean(lenient)),
         "boxed_frac": float(np.mean(boxed)),
         "group_reward_std": float(np.mean([np.std(g.rewards) for g in groups])),
         "frac_degenerate": skipped / len(groups),
@@ -925,3 +935,51 @@ def find_weights(
         return None
     weights = json.loads((path / "weights.json").read_text())["path"]
     return weights, GRPOConfig.from_dict(saved)
+
+
+#: Steps averaged at each end of a run by :func:`box_drift`.
+DRIFT_STEPS = 5
+#: How far the boxed fraction must fall for :func:`box_drift` to speak.
+DRIFT_DROP = 0.15
+
+
+def box_drift(metrics: pd.DataFrame, reward: str) -> str | None:
+    r"""A paragraph saying that a run is drifting out of the box, and why, or None.
+
+    Compares the boxed fraction of the first and the last :data:`DRIFT_STEPS`
+    steps; when it fell by :data:`DRIFT_DROP` or more, says how much, how many
+    answers were right with and without a box at the end, and what the run's reward
+    pays for each (computed by the reward function itself).
+
+    Introduced in: 05_sync_training_loop.ipynb
+    """
+    needed = {"boxed_frac", "accuracy", "lenient_accuracy"}
+    if not needed <= set(metrics.columns) or len(metrics) < 2 * DRIFT_STEPS:
+        return None
+    first = metrics["boxed_frac"].head(DRIFT_STEPS).mean()
+    last_rows = metrics.tail(DRIFT_STEPS)
+    last = last_rows["boxed_frac"].mean()
+    if first - last < DRIFT_DROP:
+        return None
+    reward_fn = get_reward_fn(reward)
+    boxed_pay, unboxed_pay = reward_fn("\\boxed{7}", "7"), reward_fn("It is 7.", "7")
+    right_boxed = last_rows["accuracy"].mean()
+    right_unboxed = last_rows["lenient_accuracy"].mean() - right_boxed
+    why = (
+        f"An unboxed right answer still earns {unboxed_pay:g} against {boxed_pay:g} "
+        "in a box, so in a group whose only right answers are unboxed, those get "
+        "a positive advantage and the box loses ground."
+        if unboxed_pay > 0
+        else "An unboxed answer earns nothing under this reward, so the run loses "
+        "reward with the box: the box went with something else the updates pushed "
+        "away. Read the completions of the last steps (samples.jsonl) to see what."
+    )
+    return (
+        f"This run is drifting out of the box: {first:.0%} of its completions were "
+        f"boxed in its first {DRIFT_STEPS} steps, {last:.0%} in its last "
+        f"{DRIFT_STEPS}. There, {right_boxed:.0%} were right in a box and "
+        f"{right_unboxed:.0%} right without one. The {reward!r} reward pays "
+        f"{boxed_pay:g} for a right answer in a box and {unboxed_pay:g} without. "
+        f"{why} Exact accuracy (notebook 07) will fall with the box even while "
+        "lenient accuracy rises."
+    )

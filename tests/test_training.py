@@ -378,3 +378,29 @@ def test_fast_runs_never_share_a_directory_with_full_runs(fast):
     settings = dataclasses.replace(SETTINGS, fast=fast)
     runs = settings.project_root / "runs"
     assert settings.runs_root == (runs / "fast" if fast else runs)
+
+
+def test_box_drift_speaks_only_when_the_box_falls_and_quotes_the_reward():
+    import pandas as pd
+
+    steps = 15
+    falling = pd.DataFrame(
+        {
+            "boxed_frac": [0.5] * 5 + [0.3] * 5 + [0.05] * 5,
+            "accuracy": [0.1] * 10 + [0.02] * 5,
+            "lenient_accuracy": [0.1] * 10 + [0.4] * 5,
+        }
+    )
+    text = training.box_drift(falling, "right_answer")
+    assert "50%" in text and "5%" in text and "38% right without one" in text
+    assert "pays 1 for a right answer in a box and 0.5 without" in text
+    assert "pays 1 for a right answer in a box and 0 without" in training.box_drift(
+        falling, "binary"
+    )
+    steady = falling.assign(boxed_frac=[0.5] * steps)
+    assert training.box_drift(steady, "right_answer") is None
+    rising = falling.assign(boxed_frac=falling["boxed_frac"][::-1].to_numpy())
+    assert training.box_drift(rising, "right_answer") is None
+    # too short, or recorded before the columns existed: nothing to say
+    assert training.box_drift(falling.head(6), "right_answer") is None
+    assert training.box_drift(falling.drop(columns="boxed_frac"), "binary") is None
