@@ -418,7 +418,7 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
         " | lenient: before -> after (p; points) | answers boxed |",
         "|---|---|---|---|---|---|",
     ]
-    clear = within = 0
+    clear = significant = within = 0
     for n in results:
         cells, cleared = [], []
         for grade in ("exact", "lenient"):
@@ -436,19 +436,84 @@ def markdown_table(results: list[dict[str, Any]]) -> str:
                 + f"; {points:+.1f})"
             )
         clear += all(cleared)
+        significant += all(
+            n["summary"][grade]["p_value"] < 0.01
+            and n["summary"][grade]["after"] > n["summary"][grade]["before"]
+            for grade in ("exact", "lenient")
+        )
         within += n["total_seconds"] <= 15 * 60
+        split = n.get("split", "validation")  # runs before the splits: validation
         lines.append(
             f"| seed {n['seed']} | {n['train_seconds'] / 60:.1f} min / "
-            f"{n['total_seconds'] / 60:.1f} min | {n['base']['n']} arithmetic | "
+            f"{n['total_seconds'] / 60:.1f} min | {n['base']['n']} arithmetic "
+            f"({split}) | "
             f"{cells[0]} | {cells[1]} | {_pct(n['base']['boxed_frac'])} -> "
             f"{_pct(n['trained']['boxed_frac'])} |"
         )
     lines.append("")
     lines.append(
-        f"{clear} of {len(results)} seeds clear both bars (exact "
+        f"{significant} of {len(results)} seeds gain in exact and lenient accuracy, "
+        "each with p < 0.01; "
+        f"{clear} of {len(results)} clear both bars (exact "
         f"+{BARS['exact']:.0f}, lenient +{BARS['lenient']:.0f} points, p < 0.01); "
         f"{within} of {len(results)} ran within 15 minutes."
     )
+    return "\n".join(lines)
+
+
+def _best_prompt(more: dict[str, Any], base: dict[str, Any]) -> tuple[str, float]:
+    """The prompt with the highest exact accuracy among the series' own (the base
+    row) and the prompt-only baselines, on the same questions."""
+    scores = {"strawberry example": base["exact_acc"]}
+    scores |= {k: v["exact_acc"] for k, v in more.items() if "vs_base" in v}
+    best = max(scores, key=lambda k: scores[k])
+    return best, scores[best]
+
+
+def more_table(results: list[dict[str, Any]]) -> str:
+    """The README's rows on what prompting alone buys and on GSM8K, per seed: the
+    base model's exact accuracy with each prompt, GRPO against the best prompt
+    (paired, exact and lenient), and GSM8K ``test[:n]`` before -> after."""
+    lines = [
+        "| seed | base, strawberry / zero-shot / arithmetic example (exact) "
+        "| GRPO vs the best prompt: exact (p) | lenient (p) "
+        "| GSM8K exact: before -> after (p) | GSM8K lenient (p) | GSM8K cut off |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for n in results:
+        more = n.get("more")
+        if not more:
+            continue
+        prompts_ = [n["base"]["exact_acc"]] + [
+            more[k]["exact_acc"] for k in ("zero-shot", "arithmetic example")
+        ]
+        best, _ = _best_prompt(more, n["base"])
+        cells = []
+        for grade in ("exact", "lenient"):
+            if best == "strawberry example":
+                g = n["summary"][grade]
+            else:
+                g = more[best]["grpo_vs_this"][grade]
+            cells.append(
+                f"{_pct(g['before'])} -> {_pct(g['after'])} (p = {g['p_value']:.2g})"
+            )
+        gsm = more.get("gsm8k")
+        gsm_cells = ["", "", ""]
+        if gsm:
+            for i, grade in enumerate(("exact", "lenient")):
+                g = gsm[grade]
+                gsm_cells[i] = (
+                    f"{_pct(g['before'])} -> {_pct(g['after'])} "
+                    f"(p = {g['p_value']:.2g})"
+                )
+            gsm_cells[2] = (
+                f"{_pct(more['gsm8k base']['hit_max_tokens_frac'])} / "
+                f"{_pct(more['gsm8k trained']['hit_max_tokens_frac'])}"
+            )
+        lines.append(
+            f"| seed {n['seed']} | {' / '.join(_pct(x) for x in prompts_)} "
+            f"| {best}: {cells[0]} | {cells[1]} | {' | '.join(gsm_cells)} |"
+        )
     return "\n".join(lines)
 
 
@@ -458,6 +523,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
     args = parse_args(argv)
     if args.table is not None:  # re-print a saved run's rows; trains nothing
         print(markdown_table(args.results))
+        if any("more" in n for n in args.results):
+            print()
+            print(more_table(args.results))
         return args.results
     args.argv = list(argv)
     print(f"preset {args.preset}: {json.dumps(args.settings)}", flush=True)
@@ -480,6 +548,9 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
             f"p={le['p_value']:.1g}"
         )
     print(markdown_table(results))
+    if any("more" in n for n in results):
+        print()
+        print(more_table(results))
     print("RESULT " + "; ".join(parts))
     return results
 
