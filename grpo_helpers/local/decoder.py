@@ -21,6 +21,14 @@ drop or repeat rows of its key/value cache (*select*). Two decoders provide them
 Both compute the same function; the tests check that sampled logprobs match a
 teacher-forced forward pass of the unmerged adapter to 1e-4.
 
+Which one a host uses is :func:`choose_sampler`'s answer: the merged decoder only
+for a Llama-style model whose weights are float32 (or float64), on a CPU or a CUDA
+GPU. A LoRA delta merged into bfloat16 weights would mostly round away, so the
+sampler would sample from a policy other than the one being trained; there the
+adapter stays unmerged (see :func:`choose_sampler` for why not a float32 copy).
+Every mask, position id and index tensor these decoders build is created on the
+model's device: a CPU mask applied to GPU scores raises.
+
 Introduced in: 06_async_training_loop.ipynb (the engine's speed, not the maths)
 """
 
@@ -205,7 +213,85 @@ def _grow(buffer: torch.Tensor, needed: int) -> torch.Tensor:
 _LAYER_MODULE = re.compile(
     r"^model\.layers\.(\d+)\.(self_attn\.(q|k|v|o)_proj|mlp\.(gate|up|down)_proj)$"
 )
-_SUPPORTED_TYPES = {"llama"}
+#: Model types :class:`MergedLlamaDecoder` can run (``config.model_type``).
+MERGED_MODEL_TYPES = ("llama",)
+#: Weight dtypes a LoRA delta may be merged into: at least float32's precision.
+MERGE_DTYPES = (torch.float32, torch.float64)
+#: Device types the merged decoder is checked on: the CPU by the test suite, CUDA by
+#: ``bench/gpu_check.py``. Elsewhere (mps, xpu...) the plain path runs.
+MERGED_DEVICE_TYPES = ("cpu", "cuda")
+
+
+def choose_sampler(
+    device: str | torch.device,
+    dtype: torch.dtype,
+    model_type: str | None,
+    merged: bool = True,
+) -> str:
+    """Which sampler a host uses: ``"merged"`` or ``"plain"`` (LoRA unmerged).
+
+    The merged decoder adds ``(alpha / r) B A`` into a copy of the weights. In
+    bfloat16 half an ulp of a weight near 0.02 is about 6e-5, while one optimiser
+    step moves a LoRA delta by 1e-5 to 1e-4: merged there, most of the delta
+    rounds away and the sampler samples from a policy other than the one being
+    trained. So weights below float32 are never merged (``MergedLlamaDecoder``
+    refuses them too), and the sampler keeps LoRA *unmerged*: peft computes
+    ``x A^T B^T`` beside the frozen base layer, so the delta is never rounded
+    into a weight. We keep it unmerged rather than merge into a float32 copy
+    because (1) the trainer runs exactly this peft forward, so sampler and
+    trainer compute the same function in the same precision (a float32 copy
+    would sample from a more precise policy than the bfloat16 one being
+    trained: closer, still not the same), and (2) a float32 copy costs twice
+    the bfloat16 model's memory on the GPU, beside the model itself.
+
+    Args:
+        device: the host's device (``"cpu"``, ``"cuda:0"``, a ``torch.device``).
+        dtype: the dtype of the model's weights.
+        model_type: ``model.config.model_type`` (``"llama"`` for SmolLM2 and
+            tiny-random, ``"qwen2"``...).
+        merged: the service asked for the merged sampler (``merged_sampler=``);
+            False always gives ``"plain"``.
+
+    Returns:
+        ``"merged"`` for a Llama-style model in float32 or float64 on a CPU or a
+        CUDA device, else ``"plain"``.
+
+    Introduced in: 06_async_training_loop.ipynb (the engine's speed, not the maths)
+
+    Example:
+        >>> choose_sampler("cpu", torch.float32, "llama")
+        'merged'
+        >>> choose_sampler("cuda:0", torch.bfloat16, "llama")
+        'plain'
+    """
+    device_type = torch.device(device).type
+    if not merged or model_type not in MERGED_MODEL_TYPES:
+        return "plain"
+    if dtype not in MERGE_DTYPES or device_type not in MERGED_DEVICE_TYPES:
+        return "plain"
+    return "merged"
+
+
+def key_mask(attention_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor | None:
+    """The additive mask over the keys of one decoding step, on the mask's device.
+
+    Args:
+        attention_mask: ``[B, L]``, 1 for a key the row sees, 0 for left padding.
+        dtype: the dtype of the attention scores it is added to.
+
+    Returns:
+        ``[B, 1, 1, L]``: 0 where a key is seen, ``-inf`` on padding; None when no
+        row has padding (nothing to add).
+
+    Example:
+        >>> key_mask(torch.tensor([[0, 1, 1]]), torch.float32).flatten().tolist()
+        [-inf, 0.0, 0.0]
+    """
+    if bool(attention_mask.all()):
+        return None
+    mask = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device)
+    mask.masked_fill_(attention_mask == 0, float("-inf"))
+    return mask[:, None, None, :]
 
 
 def _base_weight(module: Any) -> torch.Tensor:
@@ -240,12 +326,24 @@ class MergedLlamaDecoder:
             layers; only their frozen base weights are read).
 
     Use :meth:`supports` first; :meth:`load` sets the weights a sampler uses.
+
+    Raises:
+        ValueError: the weights are below float32 (a merge would round the LoRA
+            delta away; see :func:`choose_sampler`).
     """
 
     def __init__(self, model: Any) -> None:
         config = model.config
         self.model = model
-        self.device = next(model.parameters()).device
+        weight = next(model.parameters())
+        if weight.dtype not in MERGE_DTYPES:
+            raise ValueError(
+                f"MergedLlamaDecoder refuses {weight.dtype} weights: merging a LoRA "
+                "delta below float32 rounds most of it away (half an ulp of a bfloat16 "
+                "weight near 0.02 is about 6e-5); sample with the adapter unmerged "
+                "(merged_sampler=False, what choose_sampler picks)"
+            )
+        self.device = weight.device
         self.heads = config.num_attention_heads
         self.kv_heads = config.num_key_value_heads
         self.head_dim = getattr(config, "head_dim", None) or (
@@ -279,7 +377,7 @@ class MergedLlamaDecoder:
     def supports(model: Any) -> bool:
         """Whether ``model`` is a plain Llama-style decoder this class can run."""
         config = getattr(model, "config", None)
-        if getattr(config, "model_type", None) not in _SUPPORTED_TYPES:
+        if getattr(config, "model_type", None) not in MERGED_MODEL_TYPES:
             return False
         return (
             getattr(config, "hidden_act", "silu") == "silu"
@@ -375,12 +473,9 @@ class MergedLlamaDecoder:
         return _linear(self._norm(hidden, self.final_norm), self.head), cache
 
     def step(self, tokens, attention_mask, positions, cache):  # noqa: ANN001, ANN201
-        # An additive mask over the keys (-inf on left padding), None without any.
-        mask = None
-        if not bool(attention_mask.all()):
-            mask = torch.zeros(attention_mask.shape, dtype=self.embed.dtype)
-            mask = mask.masked_fill_(attention_mask == 0, float("-inf"))
-            mask = mask.to(self.device)[:, None, None, :]  # [B, 1, 1, L]
+        # An additive mask over the keys (-inf on left padding), None without any;
+        # built where the scores are (a CPU mask on CUDA scores raises).
+        mask = key_mask(attention_mask.to(self.device), self.embed.dtype)
         hidden = self._forward(tokens[:, None], positions[:, None], cache, mask)
         return _linear(self._norm(hidden[:, -1], self.final_norm), self.head)
 
@@ -508,9 +603,14 @@ def _deltas(snapshot: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]
 
 
 __all__ = [
+    "MERGED_DEVICE_TYPES",
+    "MERGED_MODEL_TYPES",
+    "MERGE_DTYPES",
     "Decoder",
     "HFDecoder",
     "KVCache",
     "MergedLlamaDecoder",
     "PreallocatedLayer",
+    "choose_sampler",
+    "key_mask",
 ]

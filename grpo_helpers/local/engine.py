@@ -73,7 +73,7 @@ from grpo_helpers.config import SETTINGS
 from grpo_helpers.local import checkpoints, losses, prefix
 from grpo_helpers.local.host import AdapterSnapshot, LoraSpec, ModelHost, get_host
 from grpo_helpers.local.models import SMOLLM2, TINY_RANDOM, _is_smollm2, default_device
-from grpo_helpers.local.sampling import GenerationRequest
+from grpo_helpers.local.sampling import GenerationRequest, pad_rows
 
 _DEFAULT_SAMPLING_PARAMS = SamplingParams()
 _TEMP_SAMPLING_PREFIX = "temp-sampling-"
@@ -138,8 +138,11 @@ class LocalServiceClient:
             prefills every prompt, on its own: the same numbers, slower; kept for
             comparisons (``bench/step_time.py``, ``bench/eval_speed.py``) and tests.
         merged_sampler: sample with the LoRA adapter merged into a copy of the
-            weights (``grpo_helpers.local.decoder``; Llama-style models). False
-            runs the adapter unmerged through peft: the same distribution, slower.
+            weights (``grpo_helpers.local.decoder``; Llama-style models in float32,
+            on a CPU or CUDA device: ``decoder.choose_sampler``). bfloat16 weights
+            (the GPU default) always sample with the adapter unmerged, since a
+            merge would round the LoRA delta away. False runs the adapter unmerged
+            through peft everywhere: the same distribution, slower.
     """
 
     def __init__(
@@ -531,18 +534,23 @@ class LocalTrainingClient:
 
     def _rows(self, job: _ForwardJob) -> list[_Row]:
         """Each sample's input ids, targets (-100: none) and loss values, shifted
-        when ``auto_shift`` so that position t predicts ``targets[t]``."""
+        when ``auto_shift`` so that position t predicts ``targets[t]``.
+
+        Staged on the host (``device="cpu"``, said explicitly): each micro-batch
+        sends what it needs to the model's device."""
         policy = job.loss != "cross_entropy"
+        host = torch.device("cpu")
         rows = []
         for s in job.samples:
             n = s.input_length
-            ids = torch.tensor(s.model_input.to_ints(), dtype=torch.long)
-            targets = torch.full((n,), -100, dtype=torch.long)
-            values = torch.zeros((3, n), dtype=torch.float32)  # weights / old / adv
-            tgt = torch.tensor(s.target_tokens, dtype=torch.long)
+            ids = torch.tensor(s.model_input.to_ints(), dtype=torch.long, device=host)
+            targets = torch.full((n,), -100, dtype=torch.long, device=host)
+            values = torch.zeros((3, n), dtype=torch.float32, device=host)
+            tgt = torch.tensor(s.target_tokens, dtype=torch.long, device=host)
             vals = torch.tensor(
                 [s.logprobs, s.advantages] if policy else [s.weights],
                 dtype=torch.float32,
+                device=host,
             )
             if job.auto_shift:  # position t predicts target t + 1
                 tgt, vals = tgt[1:], vals[:, 1:]
@@ -627,15 +635,14 @@ class LocalTrainingClient:
     ) -> float:
         """One right-padded micro-batch of whole Datums."""
         host, device = self._host, self._host.device
-        size = len(batch)
         width = max(len(rows[i].ids) for i in batch)
-        ids = torch.full((size, width), host.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((size, width), dtype=torch.long)
-        for b, i in enumerate(batch):
-            n = len(rows[i].ids)
-            ids[b, :n] = rows[i].ids
-            attn[b, :n] = 1
-        ids, attn = ids.to(device), attn.to(device)
+        ids, attn = pad_rows(
+            [rows[i].ids.tolist() for i in batch],
+            width,
+            host.pad_token_id,
+            device,
+            "right",
+        )
         selected = [rows[i] for i in batch]
         targets = torch.stack([_pad(r.targets, width, -100) for r in selected])
         with host.lock:
@@ -762,23 +769,24 @@ class LocalTrainingClient:
         host, device = self._host, self._host.device
         size = len(chunk)
         width = max(len(members[m].ids) - p for m in chunk)
-        ids = torch.full((size, width), host.pad_token_id, dtype=torch.long)
-        attn = torch.zeros((size, p + width), dtype=torch.long)
-        attn[:, :p] = 1
-        for b, m in enumerate(chunk):
-            s = members[m].ids[p:]
-            ids[b, : len(s)] = s
-            attn[b, p : p + len(s)] = 1
-        positions = torch.arange(p, p + width)[None].expand(size, width)
+        ids, own = pad_rows(
+            [members[m].ids[p:].tolist() for m in chunk],
+            width,
+            host.pad_token_id,
+            device,
+            "right",
+        )
+        attn = torch.cat([own.new_ones((size, p)), own], dim=1)
+        positions = torch.arange(p, p + width, device=device)[None].expand(size, width)
         cache = _new_cache(host.model)
         for layer, (k, v) in zip(cache.layers, leaves, strict=True):
             layer.lazy_initialization(k, v)
             layer.keys = k.expand(size, -1, -1, -1)
             layer.values = v.expand(size, -1, -1, -1)
         logits = host.model(
-            input_ids=ids.to(device),
-            attention_mask=attn.to(device),
-            position_ids=positions.to(device),
+            input_ids=ids,
+            attention_mask=attn,
+            position_ids=positions,
             cache=cache,
             use_cache=True,
         ).logits

@@ -27,7 +27,12 @@ from typing import Any
 
 import torch
 
-from grpo_helpers.local.decoder import Decoder, HFDecoder, MergedLlamaDecoder
+from grpo_helpers.local.decoder import (
+    Decoder,
+    HFDecoder,
+    MergedLlamaDecoder,
+    choose_sampler,
+)
 from grpo_helpers.local.models import load_model
 from grpo_helpers.local.sampling import GenerationRequest, generate
 
@@ -145,6 +150,13 @@ class ModelHost:
         self.base_model = base_model
         self.model, self.tokenizer = load_model(base_model, device=device, dtype=dtype)
         self.device = next(self.model.parameters()).device
+        #: ``"merged"`` or ``"plain"``: the sampler a merged_sampler=True service
+        #: gets on this host (``decoder.choose_sampler``: plain below float32).
+        self.sampler_kind = choose_sampler(
+            self.device,
+            next(self.model.parameters()).dtype,
+            getattr(self.model.config, "model_type", None),
+        )
         self.linear_groups = linear_groups(self.model)
         self.lock = threading.RLock()
         self.peft: Any = None
@@ -268,11 +280,13 @@ class ModelHost:
         """Hold the lock and yield a decoder that samples from ``snapshot``'s
         weights (None: the base model).
 
-        ``merged=True`` (and a Llama-style model): the one
+        ``merged=True`` where :attr:`sampler_kind` is ``"merged"`` (a Llama-style
+        model in float32 on a CPU or CUDA device): the one
         :class:`~grpo_helpers.local.decoder.MergedLlamaDecoder` of this host, with
         the snapshot merged into its weight buffers unless they already hold it.
-        Otherwise the snapshot is copied into a peft *sampler slot* adapter of the
-        same shape and the ``transformers`` model runs with it (the plain path).
+        Otherwise (bfloat16 weights included: a merge would round the delta away)
+        the snapshot is copied into a peft *sampler slot* adapter of the same shape
+        and the ``transformers`` model runs with it (the plain path).
         """
         with self.lock:
             self._reap()
@@ -296,8 +310,11 @@ class ModelHost:
             yield HFDecoder(self.model)
 
     def _merged_decoder(self) -> MergedLlamaDecoder | None:
-        """The merged-weights decoder, built on first use (None: unsupported)."""
-        if self._merged is None and MergedLlamaDecoder.supports(self.model):
+        """The merged-weights decoder, built on first use (None: the plain path
+        runs, see :attr:`sampler_kind`)."""
+        if self.sampler_kind != "merged" or not MergedLlamaDecoder.supports(self.model):
+            return None
+        if self._merged is None:
             self._merged = MergedLlamaDecoder(self.model)
         return self._merged
 

@@ -134,6 +134,52 @@ def filter_logits(
     return scores
 
 
+def pad_rows(
+    rows: Sequence[Sequence[int]],
+    width: int,
+    pad_token_id: int,
+    device: str | torch.device,
+    side: str = "left",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token rows padded to ``width``, as ``(ids, mask)`` created on ``device``.
+
+    Built as Python lists and sent once, so no CPU tensor is ever combined with a
+    device tensor (a CPU mask applied to GPU scores raises).
+
+    Args:
+        rows: token ids per row, each at most ``width`` long.
+        width: the padded length.
+        pad_token_id: filler for the padding (never attended to).
+        device: where the tensors are created: the model's device.
+        side: ``"left"`` (prompts: the last token sits in the last column) or
+            ``"right"``.
+
+    Returns:
+        ``ids`` ``[R, width]`` (int64) and ``mask`` ``[R, width]`` (int64, 1 on real
+        tokens), both on ``device``.
+
+    Example:
+        >>> ids, mask = pad_rows([[5, 6], [7]], 3, 0, "cpu")
+        >>> ids.tolist(), mask.tolist()
+        ([[0, 5, 6], [0, 0, 7]], [[0, 1, 1], [0, 0, 1]])
+    """
+    if side not in ("left", "right"):
+        raise ValueError(f"side must be 'left' or 'right', got {side!r}")
+    ids, mask = [], []
+    for row in rows:
+        n = len(row)
+        if n > width:
+            raise ValueError(f"a row of {n} tokens does not fit in width {width}")
+        pad = [pad_token_id] * (width - n)
+        ids.append(pad + list(row) if side == "left" else list(row) + pad)
+        ones, zeros = [1] * n, [0] * (width - n)
+        mask.append(zeros + ones if side == "left" else ones + zeros)
+    return (
+        torch.tensor(ids, dtype=torch.long, device=device).reshape(len(rows), width),
+        torch.tensor(mask, dtype=torch.long, device=device).reshape(len(rows), width),
+    )
+
+
 def _generator(seed: int | None, device: torch.device) -> torch.Generator:
     gen = torch.Generator(device=device)
     gen.manual_seed(seed if seed is not None else secrets.randbits(63))
@@ -183,7 +229,7 @@ def _prompt_logprobs(
 ) -> tuple[list[float | None], list[list[tuple[int, float]] | None]]:
     """``log p(prompt[t] | prompt[:t])`` for t >= 1 (None at t = 0), and top-k lists."""
     logp = torch.log_softmax(logits.float(), dim=-1)  # [P, V], row t predicts t+1
-    targets = torch.tensor(prompt[1:], device=logp.device)
+    targets = torch.tensor(prompt[1:], dtype=torch.long, device=logp.device)
     values = logp[:-1].gather(-1, targets[:, None])[:, 0].tolist()
     top: list[list[tuple[int, float]] | None] = []
     if topk > 0:
@@ -235,7 +281,6 @@ def generate(
             )
         ]
     device = decoder.device
-    n_req = len(requests)
     lengths = [len(r.prompt) for r in requests]
     width = max(lengths)
 
@@ -254,12 +299,9 @@ def generate(
             decoder, requests, shared, width, capacity, pad_token_id
         )
     else:
-        input_ids = torch.full((n_req, width), pad_token_id, dtype=torch.long)
-        mask = torch.zeros((n_req, width), dtype=torch.long)
-        for i, r in enumerate(requests):
-            input_ids[i, width - lengths[i] :] = torch.tensor(r.prompt)
-            mask[i, width - lengths[i] :] = 1
-        input_ids, mask = input_ids.to(device), mask.to(device)
+        input_ids, mask = pad_rows(
+            [r.prompt for r in requests], width, pad_token_id, device
+        )
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         prefill_logits, cache = decoder.prefill(
             input_ids, mask, positions, capacity, need_prompt
@@ -428,18 +470,11 @@ def _prefill_shared(
     )
     decoder.select(cache, torch.zeros(n_req, dtype=torch.long, device=device))
     rest = width - shared
-    ids = torch.full((n_req, rest), pad_token_id, dtype=torch.long)
-    mask = torch.zeros((n_req, width), dtype=torch.long)
-    mask[:, :shared] = 1
-    for i, r in enumerate(requests):
-        own = len(r.prompt) - shared
-        ids[i, rest - own :] = torch.tensor(r.prompt[shared:])
-        mask[i, width - own :] = 1
-    mask = mask.to(device)
+    own_tokens = [r.prompt[shared:] for r in requests]
+    ids, own = pad_rows(own_tokens, rest, pad_token_id, device)
+    mask = torch.cat([own.new_ones((n_req, shared)), own], dim=1)
     positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = decoder.extend(
-        ids.to(device), mask, positions[:, shared:], cache, last_only=True
-    )
+    logits = decoder.extend(ids, mask, positions[:, shared:], cache, last_only=True)
     return logits, cache, mask, positions
 
 
@@ -481,16 +516,12 @@ def score_prompts(
             rows = torch.zeros(len(chunk), dtype=torch.long, device=device)
             chunk_cache = decoder.copy_rows(cache, rows)
             w = max(lengths[m] for m in chunk)
-            ids = torch.full((len(chunk), w), pad_token_id, dtype=torch.long)
-            mask = torch.zeros((len(chunk), p + w), dtype=torch.long)
-            mask[:, :p] = 1
-            for b, m in enumerate(chunk):
-                ids[b, : lengths[m]] = torch.tensor(members[m].prompt[p:])
-                mask[b, p : p + lengths[m]] = 1
-            pos = torch.arange(p, p + w)[None].expand(len(chunk), w)
-            tail = decoder.extend(
-                ids.to(device), mask.to(device), pos.to(device), chunk_cache
+            ids, own = pad_rows(
+                [members[m].prompt[p:] for m in chunk], w, pad_token_id, device, "right"
             )
+            mask = torch.cat([own.new_ones((len(chunk), p)), own], dim=1)
+            pos = torch.arange(p, p + w, device=device)[None].expand(len(chunk), w)
+            tail = decoder.extend(ids, mask, pos, chunk_cache)
             for b, m in enumerate(chunk):
                 logits = torch.cat([head[0], tail[b, : lengths[m]]])
                 r = members[m]
