@@ -1,4 +1,4 @@
-"""``python -m grpo_helpers train|eval|series``: see :mod:`grpo_helpers.cli`."""
+"""``python -m grpo_helpers train|export|eval|series``: see :mod:`grpo_helpers.cli`."""
 
 import sys
 

