@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_helpers import export
+from grpo_helpers import export, presets
 from grpo_helpers.cli import main
 from grpo_helpers.config import GRPOConfig
 
@@ -25,20 +25,11 @@ trl = pytest.importorskip("trl")
 
 ROOT = Path(__file__).resolve().parent.parent
 
-#: Notebook 05's run at its full defaults (its parameters cell).
+#: Notebook 05's run at its full defaults (``presets.NOTEBOOK``, its parameters cell).
 NOTEBOOK_05 = dict(
+    presets.NOTEBOOK,
     backend="local",
-    base_model="HuggingFaceTB/SmolLM2-135M-Instruct",
-    dataset="arithmetic",
-    difficulty=1,
-    steps=30,
-    batch_size=2,
-    group_size=8,
-    max_tokens=48,
-    lora_rank=16,
-    learning_rate=2e-4,
-    reward="right_answer",
-    temperature=0.6,
+    base_model=presets.SMOLLM2,
     seed=0,
     weights_name="nb05-sync",
     run_dir="runs/nb05-sync",
@@ -105,24 +96,30 @@ def test_the_settings_are_trl_fields_and_build_trl_config(tmp_path):
 
 
 def test_notebook_05s_run_maps_setting_by_setting():
+    nb = presets.NOTEBOOK
     config = GRPOConfig(**NOTEBOOK_05)
     s = export.trl_settings(config, "gpu")
-    assert s["per_device_train_batch_size"] == 16 and s["num_generations"] == 8
+    completions = nb["batch_size"] * nb["group_size"]
+    assert s["per_device_train_batch_size"] == completions
+    assert s["num_generations"] == nb["group_size"]
     assert s["gradient_accumulation_steps"] == s["steps_per_generation"] == 1
-    assert s["max_steps"] == 30 and s["max_completion_length"] == 48
-    assert (s["temperature"], s["top_p"], s["top_k"]) == (0.6, 1.0, 0)
-    assert s["learning_rate"] == 2e-4 and s["lr_scheduler_type"] == "constant"
+    assert s["max_steps"] == nb["steps"]
+    assert s["max_completion_length"] == nb["max_tokens"]
+    assert (s["temperature"], s["top_p"], s["top_k"]) == (nb["temperature"], 1.0, 0)
+    assert s["learning_rate"] == nb["learning_rate"]
+    assert s["lr_scheduler_type"] == "constant"
     assert (s["adam_beta1"], s["adam_beta2"], s["adam_epsilon"]) == (0.9, 0.95, 1e-12)
     assert s["max_grad_norm"] == 0.0 and s["weight_decay"] == 0.0
+    # the series' defaults: token sum, mu = 1, no KL, mean-only advantages
     assert s["loss_type"] == "dr_grpo" and s["num_iterations"] == 1
     assert (s["epsilon"], s["epsilon_high"]) == (0.2, 0.2)
     assert s["beta"] == 0.0 and s["scale_rewards"] == "none"
-    assert s["reward_weights"] == [1.0, 0.0]
-    assert export.reward_names(config) == ["right_answer", "binary"]
+    assert export.reward_names(config)[0] == nb["reward"]
+    assert s["reward_weights"][0] == 1.0 and sum(s["reward_weights"]) == 1.0
     assert s["shuffle_dataset"] is False and s["seed"] == 0
     assert s["chat_template_kwargs"] == {"enable_thinking": False}
     assert s["output_dir"] == "runs/nb05-sync-trl" and s["save_strategy"] == "no"
-    assert export.loss_scale(config) == 16 * 48
+    assert export.loss_scale(config) == completions * nb["max_tokens"]
 
 
 #: For each field that sets TRL settings, another valid value: it must move them.
@@ -257,7 +254,7 @@ def test_the_exported_folder(tmp_path):
         assert f"| `{name}` |" in readme
     for difference in export.KNOWN_DIFFERENCES:
         assert difference.text in readme
-    assert "c = 768" in readme.replace("**", "")
+    assert f"c = {export.loss_scale(config):g}" in readme.replace("**", "")
     for command in (
         "python train_grpo.py --config grpo_config_cpu.yaml",
         "accelerate launch --config_file accelerate/single_gpu.yaml train_grpo.py",
@@ -281,7 +278,8 @@ def test_the_command_line_exports_from_flags_or_a_run_config(tmp_path, capsys):
     argv = ["export", "trl", "--from", str(run_config), "--out", str(out2)]
     assert main([*argv, "--steps", "5", "--kl-coef", "0.1"]) == 0
     written = json.loads((out2 / "series_config.json").read_text())
-    assert (written["steps"], written["kl_coef"], written["max_tokens"]) == (5, 0.1, 48)
+    assert (written["steps"], written["kl_coef"]) == (5, 0.1)
+    assert written["max_tokens"] == NOTEBOOK_05["max_tokens"]
     # train's flags alone: the defaults are train's
     out3 = tmp_path / "flags"
     assert main(["export", "trl", "--out", str(out3), "--group-size", "6"]) == 0
