@@ -20,6 +20,7 @@ __all__ = [
     "BACKEND_PRESETS",
     "FAST_EVAL",
     "FAST_NOTEBOOK",
+    "GPU",
     "NOTEBOOK",
     "NOTEBOOK_EVAL",
     "PYTRIO",
@@ -117,3 +118,24 @@ def notebook_eval(fast: bool | None = None) -> dict[str, Any]:
 
     fast = FAST if fast is None else fast
     return {**NOTEBOOK_EVAL, **(FAST_EVAL if fast else {})}
+
+
+#: The local engine on one GPU: Qwen2.5-0.5B-Instruct on GSM8K itself. NOT YET
+#: MEASURED: no run on a GPU has recorded its result, its time or its memory (the
+#: README's "When you outgrow this laptop" gives the estimate and the commands).
+#: Qwen2 is not a Llama-style model, so it samples on the plain path (LoRA
+#: unmerged), as every model in bfloat16 does (``local.decoder.choose_sampler``).
+GPU: dict[str, Any] = {
+    "base_model": "Qwen/Qwen2.5-0.5B-Instruct",
+    "dataset": "gsm8k",
+    "steps": 100,
+    "batch_size": 8,
+    "group_size": 8,
+    "max_tokens": 256,
+    "temperature": 1.0,
+    "lora_rank": 32,
+    "learning_rate": 5e-5,
+    "reward": "right_answer",
+    "eval_questions": 200,
+    "eval_max_tokens": 256,
+}
