@@ -151,7 +151,9 @@ FIELD_RULES: dict[str, FieldRule] = {
     "backend": FieldRule(
         ("model",), "chooses the default base model only: the engine is now TRL"
     ),
-    "run_dir": FieldRule(("output_dir",), "the run directory + '-trl'"),
+    "run_dir": FieldRule(
+        ("output_dir",), "runs/<the run directory's name>-trl, where it is launched"
+    ),
     "save_every": FieldRule(
         ("save_strategy", "save_steps"),
         "every save_every x updates_per_batch optimiser steps; 0: the final "
@@ -337,7 +339,9 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
     mu = config.updates_per_batch
     cispo = config.loss_fn == "cispo"
     settings: dict[str, Any] = {
-        "output_dir": f"{config.run_path}-trl",
+        # relative to where the run is launched: a run_dir written on one machine
+        # (notebooks write absolute ones) means nothing on the GPU machine
+        "output_dir": f"runs/{config.run_path.name}-trl",
         "run_name": (
             config.swanlab_experiment_name if config.swanlab else config.weights_name
         ),
