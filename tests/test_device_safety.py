@@ -251,3 +251,12 @@ def test_the_gpu_preset_samples_on_the_plain_path_and_exports_to_trl():
     assert config.model_name == "Qwen/Qwen2.5-0.5B-Instruct"
     assert choose_sampler("cuda", torch.bfloat16, "qwen2") == "plain"
     assert export.refusals(config) == []
+
+
+def test_doctests_pass():
+    import doctest
+
+    from grpo_helpers.local import decoder, sampling
+
+    for module in (decoder, sampling):
+        assert doctest.testmod(module).failed == 0, module.__name__

@@ -69,6 +69,12 @@ ELSEWHERE = {
 # ------------------------------------------------------------------ the mapping
 
 
+def test_doctests_pass():
+    import doctest
+
+    assert doctest.testmod(export).failed == 0
+
+
 def test_every_config_field_is_mapped_or_refused_by_name():
     """Fails when GRPOConfig gains a field without a rule in export.FIELD_RULES."""
     fields = [f.name for f in dataclasses.fields(GRPOConfig)]

@@ -488,14 +488,22 @@ def pretrained_dir(base_model: str = DEFAULT_MODEL) -> str:
         return str(_convert_gguf(Path(source.location)))
     if source.kind != TINY_RANDOM:
         return source.location
+    import hashlib
+
     import transformers
 
-    final = _cache_root() / f"tiny-random-seed{_TINY_SEED}-tf{transformers.__version__}"
+    model = _tiny_random_model()  # built in well under a second
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().cpu().numpy().tobytes())
+    # keyed by the weights themselves: a change to _tiny_random_model is a new folder
+    key = f"tiny-random-{digest.hexdigest()[:12]}-tf{transformers.__version__}"
+    final = _cache_root() / key
     if (final / "COMPLETE").is_file():
         return str(final)
 
     def write(tmp: Path) -> None:
-        model = _tiny_random_model()
         model.save_pretrained(tmp)
         load_tokenizer(SMOLLM2).save_pretrained(tmp)
 
