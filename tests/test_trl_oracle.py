@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 import pytest
 import pytrio as trio
-import tomllib
 import torch
 
 from grpo_helpers import advantages as adv
@@ -486,6 +485,8 @@ def test_trl_defaults_assume_a_gpu_and_the_cpu_export_turns_them_off(tmp_path):
 
 def test_the_trl_extra_needs_python_3_11():
     import importlib.metadata
+
+    import tomllib  # Python 3.11: this file is skipped before, without TRL
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extra = pyproject["project"]["optional-dependencies"]["trl"]
