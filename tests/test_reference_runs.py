@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import nbformat
 import pytest
 
-from grpo_helpers import ablation, plotting, reference
+from grpo_helpers import ablation, data, evaluation, plotting, reference
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -156,6 +156,23 @@ def test_the_bench_writes_a_recorded_run(tmp_path):
     # the run was scored after its first step too, then resumed to the end
     assert run.meta["early_step"] == 1 and len(run.early) == len(run.base)
     assert list(run.metrics["step"]) == list(range(bench.PRESETS["quick"]["steps"]))
+    # the prompt-only baselines: the same questions as the base row, graded alike
+    for prompt in ("zero-shot", "arithmetic example"):
+        records = run.evals[prompt]
+        assert list(records["question"]) == list(run.base["question"])
+        assert list(records["gold"]) == list(run.base["gold"])
+        regraded = [
+            evaluation._grade_text(text, gold)["exact"]
+            for text, gold in zip(records["completion"], records["gold"], strict=True)
+        ]
+        assert list(records["exact"]) == regraded
+    # and both models on GSM8K's own test questions
+    gsm8k = data.load_gsm8k("test", limit=bench.PRESETS["quick"]["gsm8k_n"])
+    for model in ("base", "trained"):
+        assert list(run.evals[f"gsm8k {model}"]["question"]) == gsm8k["question"]
+    # every seed's run is kept beside its JSON, as the --record copy
+    kept = reference.load_run(tmp_path / "results" / "quick-seed0")
+    assert list(kept.trained["completion"]) == list(run.trained["completion"])
 
 
 def test_the_recorded_ablation_has_every_variant_and_three_seeds():
