@@ -2,13 +2,20 @@
 giving the answer away.
 
 Every notebook ends with exercises; after each one a cell calls
-:func:`self_check`. For a learner it prints ``exercise 1: ok`` or ``exercise 1: not
-yet`` with a hint about *what* differs (an exception, a stub still returning None, a
-wrong type or length, which cases differ), never the wanted value itself. Under the
-test suite (``GRPO_STRICT_CHECKS=1``, with the solutions pasted in) a failed check
-raises, so a solution that stops passing fails the tests.
+:func:`self_check` or :func:`property_check`. For a learner it prints ``exercise 1:
+ok`` or ``exercise 1: not yet`` with a hint about *what* differs (an exception, a
+stub still returning None, a wrong type or length, which cases differ, which
+property of the answer does not hold), never the wanted value itself. Under the test
+suite and the grader (``GRPO_STRICT_CHECKS=1``) a failed check raises, so a solution
+that stops passing fails the tests.
 
-Reference answers live in ``notebooks/solutions/``; :func:`solution` loads them.
+A check compares with the package or the engine (``self_check``), or tests
+properties that any right answer has (``property_check``): it never loads the
+reference solutions, which stay on the teacher's side (``notebooks/solutions/``,
+read by ``grpo_helpers.course``) and never reach a notebook's namespace. When
+``GRPO_CHECK_SECONDS`` is set (the grader sets it), the learner's code gets that
+many seconds per check (:func:`time_limit`): an endless loop is reported instead of
+hanging the notebook.
 
 Example::
 
@@ -22,17 +29,63 @@ Introduced in: 01_gsm8k_dataset.ipynb
 
 from __future__ import annotations
 
-import importlib.util
+import contextlib
 import math
-from collections.abc import Callable, Sequence
-from types import ModuleType
+import signal
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from grpo_helpers.config import SETTINGS
 
-SOLUTIONS_DIR = SETTINGS.project_root / "notebooks" / "solutions"
+STUB_HINT = "your function returned None: is it still the stub?"
+
+
+class TimeLimitExceeded(BaseException):
+    """The learner's code ran past :func:`time_limit`'s seconds.
+
+    A ``BaseException``, like ``KeyboardInterrupt``: an ``except Exception`` in
+    the learner's loop cannot swallow it.
+    """
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None) -> Iterator[None]:
+    """Raise :class:`TimeLimitExceeded` in the block after ``seconds`` seconds.
+
+    It uses ``SIGALRM``, so it stops pure-Python loops (an endless ``while``) but
+    not a single long call into C code, and it only acts in the main thread on a
+    system with ``signal.setitimer`` (not Windows); elsewhere, and with
+    ``seconds=None``, the block runs without a limit.
+
+    Example::
+
+        >>> with time_limit(5):
+        ...     total = sum(range(10))
+        >>> total
+        45
+    """
+    usable = (
+        seconds is not None
+        and hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+    )
+    if not usable:
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise TimeLimitExceeded(f"took longer than {seconds:g} s: an endless loop?")
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, float(seconds))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _close(got: Any, want: Any, tol: float | None) -> bool:
@@ -70,7 +123,7 @@ def describe_mismatch(
         "case 2 of 3 differs (input: 'b')"
     """
     if got is None and want is not None:
-        return "your function returned None: is it still the stub?"
+        return STUB_HINT
     if _is_sequence(want) and not _is_sequence(got):
         return f"returned a {type(got).__name__}, expected a sequence of {len(want)}"
     if _is_sequence(want):
@@ -126,11 +179,86 @@ def self_check(
         True when the answer is right.
     """
     try:
-        got = compute()
+        with time_limit(SETTINGS.check_seconds):
+            got = compute()
         ok = got is not None and _close(got, want, tol)
         hint = "" if ok else describe_mismatch(got, want, tol, cases)
+    except TimeLimitExceeded as error:
+        ok, hint = False, str(error)
     except Exception as error:  # a stub or a bug: say so, keep the notebook going
         ok, hint = False, f"raised {type(error).__name__}: {error}"
+    return _report(exercise, ok, hint, strict)
+
+
+def property_check(
+    exercise: str,
+    compute: Callable[[], Any],
+    properties: Mapping[str, Callable[[Any], bool]],
+    strict: bool | None = None,
+) -> bool:
+    """Check properties that every right answer has, without a reference answer.
+
+    Where the package has no function that computes the exercise's answer, the
+    check tests what the answer must satisfy instead (for the smallest group size
+    G: G meets the target and G - 1 does not). The hint names the first property
+    that fails; it never shows a wanted value.
+
+    Args:
+        exercise: the name printed (``"exercise 1"``).
+        compute: a function of no arguments that calls the learner's code.
+        properties: ``{hint: predicate}``, in order; each predicate gets what
+            ``compute()`` returned and says whether the property holds (it may call
+            the learner's code again).
+        strict: as for :func:`self_check`.
+
+    Returns:
+        True when every property holds.
+
+    Example::
+
+        >>> def square(x):
+        ...     return x + x
+        >>> property_check(
+        ...     "demo",
+        ...     lambda: [square(x) for x in (1, 2, 3)],
+        ...     {
+        ...         "a square is never negative": lambda got: min(got) >= 0,
+        ...         "the square of 3 is 9": lambda got: got[2] == 9,
+        ...     },
+        ...     strict=False,
+        ... )
+        demo: not yet
+            the square of 3 is 9
+        False
+    """
+    try:
+        with time_limit(SETTINGS.check_seconds):
+            got = compute()
+            hint = ""
+            if _all_none(got):
+                hint = STUB_HINT
+            else:
+                hint = next(
+                    (h for h, holds in properties.items() if not holds(got)), ""
+                )
+        ok = not hint
+    except TimeLimitExceeded as error:
+        ok, hint = False, str(error)
+    except Exception as error:  # a stub or a bug: say so, keep the notebook going
+        ok, hint = False, f"raised {type(error).__name__}: {error}"
+    return _report(exercise, ok, hint, strict)
+
+
+def _all_none(got: Any) -> bool:
+    """None, or a non-empty sequence or mapping of Nones: a stub's answer."""
+    if isinstance(got, Mapping):
+        got = list(got.values())
+    if _is_sequence(got):
+        return len(got) > 0 and all(g is None for g in got)
+    return got is None
+
+
+def _report(exercise: str, ok: bool, hint: str, strict: bool | None) -> bool:
     print(f"{exercise}: {'ok' if ok else 'not yet'}")
     if not ok:
         print(f"    {hint}")
@@ -139,21 +267,10 @@ def self_check(
     return ok
 
 
-def solution(notebook: str) -> ModuleType:
-    """The reference solutions of a notebook (``notebooks/solutions/<name>.py``).
-
-    Args:
-        notebook: the notebook's name without ``.ipynb``
-            (``"01_gsm8k_dataset"``).
-    """
-    path = SOLUTIONS_DIR / f"{notebook}.py"
-    if not path.is_file():
-        raise FileNotFoundError(f"No solutions for {notebook!r} at {path}")
-    spec = importlib.util.spec_from_file_location(f"solutions_{notebook}", path)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-__all__ = ["describe_mismatch", "self_check", "solution"]
+__all__ = [
+    "TimeLimitExceeded",
+    "describe_mismatch",
+    "property_check",
+    "self_check",
+    "time_limit",
+]

@@ -4,7 +4,9 @@
 smaller numbers (fewer rows, steps, samples and tokens), so the test suite can execute
 the whole series in minutes. ``GRPO_STRICT_CHECKS=1`` makes a failed exercise
 self-check raise instead of printing "not yet" (the tests set it when they run the
-notebooks with the solutions pasted in). ``GRPO_BACKEND`` picks the engine (``local`` or
+notebooks with the solutions pasted in, and the grader). ``GRPO_CHECK_SECONDS`` gives
+the learner's code in an exercise check that many seconds (unset: no limit; the
+grader sets it). ``GRPO_BACKEND`` picks the engine (``local`` or
 ``pytrio``) when code does not name one. ``GRPO_CACHE_DIR`` is where converted model
 weights and tokenizers are cached (default ``~/.cache/grpo-notebooks``).
 
@@ -34,6 +36,7 @@ class Settings:
 
     fast: bool
     strict_checks: bool
+    check_seconds: float | None
     backend: str
     cache_dir: Path
     project_root: Path
@@ -45,6 +48,16 @@ class Settings:
         return runs / "fast" if self.fast else runs
 
 
+def _seconds(text: str) -> float | None:
+    """A positive number of seconds, or None when ``text`` is empty."""
+    if not text.strip():
+        return None
+    seconds = float(text)
+    if not seconds > 0:
+        raise ValueError(f"GRPO_CHECK_SECONDS must be a positive number, not {text!r}")
+    return seconds
+
+
 def _read_settings() -> Settings:
     root = Path(__file__).resolve().parent.parent
     default_cache = Path.home() / ".cache" / "grpo-notebooks"
@@ -52,6 +65,7 @@ def _read_settings() -> Settings:
     return Settings(
         fast=os.environ.get("GRPO_FAST", "").strip().lower() in _TRUE,
         strict_checks=os.environ.get("GRPO_STRICT_CHECKS", "").strip().lower() in _TRUE,
+        check_seconds=_seconds(os.environ.get("GRPO_CHECK_SECONDS", "")),
         backend=os.environ.get("GRPO_BACKEND", "local").strip().lower() or "local",
         cache_dir=Path(cache).expanduser(),
         project_root=root,
