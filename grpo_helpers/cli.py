@@ -407,47 +407,97 @@ def cmd_book(args: argparse.Namespace) -> int:
 def _student_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "student",
-        help="write the student edition (no solutions), with nbgrader",
+        help="write the student edition (no solutions, hidden tests), with nbgrader",
         description="Write the notebooks without their exercise solutions to "
-        "build/student/notebooks (nbgrader's generate_assignment).",
+        "<out>/notebooks (nbgrader's generate_assignment); everything in <out> "
+        "ships to students. The teacher's course directory (<course>: the "
+        "solutions, the hidden tests with their expected values, the gradebook) "
+        "is what grade uses; never hand it out.",
     )
     p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "student"))
+    p.add_argument("--course", default=str(SETTINGS.project_root / "build" / "grading"))
 
 
 def cmd_student(args: argparse.Namespace) -> int:
     from grpo_helpers import course
 
-    notebooks = course.build_student(Path(args.out))
-    print(f"Student edition: {notebooks}")
+    notebooks = course.build_student(Path(args.out), Path(args.course))
+    print(f"Student edition (hand out): {notebooks}")
+    print(f"Course directory (keep): {args.course}")
     return 0
 
 
 def _grade_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "grade",
-        help="grade submitted notebooks (nbgrader autograde, fast mode)",
-        description="Grade <submissions>/<student>/<notebook>.ipynb: each "
-        "submission runs in fast mode with strict self-checks; one row per "
-        "student per exercise goes to <out>/grades.csv.",
+        help="grade submitted notebooks with the hidden tests (nbgrader autograde)",
+        description="Grade <submissions>/<student>/<notebook>.ipynb with the "
+        "course directory of `student` (built first when missing). Each "
+        "submission runs in fast mode with strict checks, in a folder of its own "
+        "that holds no solutions. <course>/grades.csv gets one row per student "
+        "per exercise and one TOTAL row per student; --feedback also writes "
+        "<course>/feedback/<student>/<notebook>.html (nbgrader's "
+        "generate_feedback). Time limits: each call of a learner's function "
+        "(--function-seconds) stops endless loops; --cell-seconds and "
+        "--total-seconds (per student) are generous backstops.",
     )
     p.add_argument("submissions", help="a folder with one sub-folder per student")
-    p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "student"))
-    p.add_argument("--timeout", type=int, default=300, help="seconds per cell")
+    p.add_argument("--course", default=str(SETTINGS.project_root / "build" / "grading"))
+    p.add_argument(
+        "--feedback",
+        action="store_true",
+        help="write each student's feedback notebook as HTML to "
+        "<course>/feedback/<student>/ (nbgrader's generate_feedback)",
+    )
+    p.add_argument(
+        "--function-seconds",
+        type=float,
+        default=60,
+        help="seconds per call of a learner's function (default 60)",
+    )
+    p.add_argument(
+        "--cell-seconds",
+        type=int,
+        default=900,
+        help="seconds a cell may run before it is interrupted (default 900)",
+    )
+    p.add_argument(
+        "--total-seconds",
+        type=float,
+        default=3600,
+        help="seconds for all of one student's notebooks (default 3600)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="students graded at the same time, one process each (default 1)",
+    )
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from grpo_helpers import course
+    from grpo_helpers import grading
 
     submissions = Path(args.submissions)
     if not submissions.is_dir():
         raise ValueError(f"{submissions} is not a folder of student sub-folders")
-    grades = course.grade(submissions, Path(args.out), timeout=args.timeout)
+    grades = grading.grade(
+        submissions,
+        Path(args.course),
+        function_seconds=args.function_seconds,
+        cell_seconds=args.cell_seconds,
+        total_seconds=args.total_seconds,
+        feedback=args.feedback,
+        workers=args.workers,
+    )
     if grades.empty:
         print(f"No submitted notebooks found in {submissions}")
         return 1
-    totals = grades.groupby("student")[["points", "max_points"]].sum()
-    print(totals.to_string())
-    print(f"Per exercise: {Path(args.out) / 'grades.csv'}")
+    totals = grades[grades["exercise"] == grading.TOTAL]
+    print(totals[["student", "points", "max_points"]].to_string(index=False))
+    print(f"Per exercise: {Path(args.course) / 'grades.csv'}")
+    if args.feedback:
+        print(f"Feedback: {Path(args.course) / 'feedback'}")
     return 0
 
 

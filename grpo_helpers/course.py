@@ -1,4 +1,4 @@
-"""The classroom kit: a course site, a student edition, and autograding.
+"""The classroom kit: a course site, and a student edition with hidden tests.
 
 ``make book`` (``python -m grpo_helpers book``) builds a static site of the whole
 series with Jupyter Book 1 (Sphinx + MyST-NB), offline:
@@ -11,11 +11,19 @@ series with Jupyter Book 1 (Sphinx + MyST-NB), offline:
 * math is rendered by a MathJax copied from the ``jupyter-server-mathjax``
   package, so the site loads nothing from the internet, at build time or when read.
 
+``make student`` (``python -m grpo_helpers student``) writes the student edition
+with nbgrader: the notebooks without their solutions, each graded cell carrying
+hidden tests with literal expected values (:mod:`grpo_helpers.hidden_tests`) that
+stay in the teacher's course directory. ``python -m grpo_helpers grade`` grades
+handed-in notebooks with them (:mod:`grpo_helpers.grading`).
+
 Introduced in: the README (for teachers)
 """
 
 from __future__ import annotations
 
+import ast
+import importlib.util
 import json
 import os
 import re
@@ -23,8 +31,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 from typing import Any
+from unittest import mock
 
+from grpo_helpers import hidden_tests
 from grpo_helpers.config import SETTINGS
 
 ROOT = SETTINGS.project_root
@@ -227,20 +238,55 @@ def build_book(out: Path = BOOK, executed_dir: Path = EXECUTED) -> dict[str, Any
 
 
 # --------------------------------------------------------------------------------------
-# Graded exercises: a student edition and autograding, with nbgrader
+# The student edition: nbgrader's source version, hidden tests, the release
 # --------------------------------------------------------------------------------------
 
 STUDENT = ROOT / "build" / "student"
+COURSE = ROOT / "build" / "grading"
+SOLUTIONS = NOTEBOOKS / "solutions"
 ASSIGNMENT = "series"
+COURSE_ID = "grpo-notebooks"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+
+#: What the student edition says instead of pointing at the solutions file.
+NO_SOLUTIONS = (
+    "Your teacher grades them with hidden tests; the solutions are not part of "
+    "this edition."
+)
+
+
+def _load_solutions(stem: str) -> ModuleType:
+    """The reference solutions of a notebook (``notebooks/solutions/<stem>.py``).
+
+    The teacher's side only: the student edition ships no solutions, no check
+    cell loads them, and the grader runs where this path does not exist (a
+    submission that calls this raises ``FileNotFoundError``, and the hidden tests
+    make it raise in any case).
+    """
+    path = SOLUTIONS / f"{stem}.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"No solutions for {stem!r} at {path}")
+    spec = importlib.util.spec_from_file_location(f"solutions_{stem}", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _top_level_names(node: ast.stmt) -> list[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return [node.name]
+    if isinstance(node, ast.Assign):
+        return [t.id for t in node.targets if isinstance(t, ast.Name)]
+    if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+        return [node.target.id]
+    return []
 
 
 def _solution_block(stem: str, name: str) -> str:
-    """The solutions file's imports and the definition of ``name``, as source."""
-    import ast
-
-    path = NOTEBOOKS / "solutions" / f"{stem}.py"
-    text = path.read_text()
+    """The solutions file's imports, the definition of ``name`` and the
+    module-level helpers it uses, as source (in the file's order)."""
+    text = (SOLUTIONS / f"{stem}.py").read_text()
     tree = ast.parse(text)
     imports = [
         ast.get_source_segment(text, node)
@@ -248,244 +294,190 @@ def _solution_block(stem: str, name: str) -> str:
         if isinstance(node, (ast.Import, ast.ImportFrom))
         and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
     ]
-    for node in tree.body:
-        names = (
-            [node.name]
-            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
-            else [t.id for t in getattr(node, "targets", []) if isinstance(t, ast.Name)]
-            or (
-                [node.target.id]
-                if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
-                else []
-            )
-        )
-        if name in names:
-            return "\n".join([*imports, ast.get_source_segment(text, node)])
-    raise ValueError(f"solutions/{stem}.py defines no {name!r}")
+    defined = {n: node for node in tree.body for n in _top_level_names(node)}
+    if name not in defined:
+        raise ValueError(f"solutions/{stem}.py defines no {name!r}")
+    wanted, queue = set(), [name]
+    while queue:
+        current = queue.pop()
+        if current in wanted:
+            continue
+        wanted.add(current)
+        used = {n.id for n in ast.walk(defined[current]) if isinstance(n, ast.Name)}
+        queue += [n for n in used if n in defined and n not in wanted]
+    parts = [
+        ast.get_source_segment(text, node)
+        for node in tree.body
+        if set(_top_level_names(node)) & wanted
+    ]
+    return "\n".join(imports) + "\n\n\n" + "\n\n\n".join(parts)
 
 
 def _exercise_name(source: str) -> str:
-    import ast
-
     node = ast.parse(source).body[0]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return node.name
     return node.targets[0].id  # an exercise that is a value (notebook 02)
 
 
-def source_notebook(path: Path) -> Any:
-    """The nbgrader *source* version of a notebook.
+def _without_solution_paths(text: str) -> str:
+    """Markdown of the student edition: the sentence naming the solutions file
+    becomes :data:`NO_SOLUTIONS`.
 
-    Each exercise cell keeps the learner's stub and gains the solution between
-    ``### BEGIN SOLUTION`` / ``### END SOLUTION`` (nbgrader removes it from the
-    student edition). Each self-check cell becomes an autograded test cell worth
-    one point: under grading it runs with ``GRPO_STRICT_CHECKS=1``, so a wrong
-    answer raises.
+    Raises:
+        ValueError: the text still names ``solutions/`` (a sentence this does not
+            recognise): the student edition must not point at a path it lacks.
+    """
+    text = re.sub(
+        r"The\s+solutions\s+are\s+in\s+`solutions/[\w.]+`\.",
+        NO_SOLUTIONS,
+        text,
+    )
+    if "solutions/" in text:
+        raise ValueError(
+            "a notebook's text names solutions/ in a way the student edition "
+            f"cannot rewrite: {text[:200]!r}"
+        )
+    return text
+
+
+def source_notebook(path: Path) -> Any:
+    """The nbgrader *source* version of a notebook (the teacher's side).
+
+    * Each exercise cell keeps the learner's stub and gains the solution between
+      ``### BEGIN SOLUTION`` / ``### END SOLUTION`` (nbgrader removes it from the
+      student edition).
+    * Each self-check cell becomes an autograded test cell worth one point. It
+      keeps the learner's check (under grading it runs with
+      ``GRPO_STRICT_CHECKS=1``, so a wrong answer raises) and gains the hidden
+      tests (:func:`grpo_helpers.hidden_tests.hidden_block`): the cases of
+      ``HIDDEN_CASES`` in the solutions file, with expected values computed here
+      and written as literals between ``### BEGIN HIDDEN TESTS`` /
+      ``### END HIDDEN TESTS`` (nbgrader removes them from the student edition and
+      restores them when it autogrades).
+    * The sentence that names ``solutions/<notebook>.py`` says instead that the
+      solutions are not in this edition.
     """
     import nbformat
 
     nb = nbformat.read(path, as_version=4)
-    checks = 0
+    solutions = _load_solutions(path.stem)
+    cases = getattr(solutions, "HIDDEN_CASES", {})
+    exercises = [c for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
+    checks = [c for c in nb.cells if "self-check" in c.metadata.get("tags", [])]
+    if len(exercises) != len(checks):
+        raise ValueError(f"{path.name}: one self-check cell per exercise cell")
+    for number, (exercise, check) in enumerate(zip(exercises, checks, strict=True), 1):
+        name = _exercise_name(exercise.source)
+        if name not in cases:
+            raise ValueError(f"solutions/{path.stem}.py: no HIDDEN_CASES[{name!r}]")
+        exercise.source = (
+            f"{exercise.source}\n{BEGIN}\n{_solution_block(path.stem, name)}\n{END}"
+        )
+        exercise.metadata["nbgrader"] = {
+            "grade": False,
+            "solution": True,
+            "locked": False,
+            "grade_id": f"{name}-answer",
+            "schema_version": 3,
+            "task": False,
+        }
+        hidden = hidden_tests.hidden_block(name, cases[name], getattr(solutions, name))
+        check.source = f"{check.source.rstrip()}\n\n{hidden}"
+        check.metadata["nbgrader"] = {
+            "grade": True,
+            "solution": False,
+            "locked": True,
+            "points": 1,
+            "grade_id": f"exercise-{number}",
+            "schema_version": 3,
+            "task": False,
+        }
     for cell in nb.cells:
-        tags = cell.metadata.get("tags", [])
-        if "exercise" in tags:
-            name = _exercise_name(cell.source)
-            cell.source = (
-                f"{cell.source}\n{BEGIN}\n{_solution_block(path.stem, name)}\n{END}"
-            )
-            cell.metadata["nbgrader"] = {
-                "grade": False,
-                "solution": True,
-                "locked": False,
-                "grade_id": f"{name}-answer",
-                "schema_version": 3,
-                "task": False,
-            }
-        elif "self-check" in tags:
-            checks += 1
-            cell.metadata["nbgrader"] = {
-                "grade": True,
-                "solution": False,
-                "locked": True,
-                "points": 1,
-                "grade_id": f"exercise-{checks}",
-                "schema_version": 3,
-                "task": False,
-            }
+        if cell.cell_type == "markdown":
+            cell.source = _without_solution_paths(cell.source)
     return nb
 
 
-def _nbgrader_dir(root: Path, timeout: int) -> Path:
-    """An nbgrader course directory at ``root`` (config written, source filled)."""
-    import nbformat
-
-    source = root / "source" / ASSIGNMENT
-    source.mkdir(parents=True, exist_ok=True)
+def write_nbgrader_config(root: Path, extra: str = "") -> None:
+    """``root/nbgrader_config.py`` for a course directory at ``root``."""
     (root / "nbgrader_config.py").write_text(
-        "c = get_config()\n"
+        "c = get_config()  # noqa: F821\n"
         f"c.CourseDirectory.root = {str(root)!r}\n"
-        "c.CourseDirectory.course_id = 'grpo-notebooks'\n"
-        "c.ClearSolutions.code_stub = {'python': ''}\n"
-        f"c.Execute.timeout = {int(timeout)}\n"
-        "c.Execute.interrupt_on_timeout = True\n"
-        "c.Execute.allow_errors = True\n"
+        f"c.CourseDirectory.course_id = {COURSE_ID!r}\n"
+        "c.ClearSolutions.code_stub = {'python': ''}\n" + extra
     )
-    for path in notebook_paths():
-        nbformat.write(source_notebook(path), source / path.name)
-    return root
 
 
-def _path_env() -> dict[str, str]:
-    """The environment with this Python's scripts first on PATH: nbgrader runs
-    ``alembic`` by name, which a virtual environment not activated would miss."""
-    scripts = str(Path(sys.executable).parent)
-    return {**os.environ, "PATH": scripts + os.pathsep + os.environ.get("PATH", "")}
+def _alembic_head() -> str:
+    """The gradebook schema's version, read in this process.
 
-
-def _nbgrader(root: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", "nbgrader", *args],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        env={**_path_env(), **(env or {})},
-    )
-    if done.returncode != 0:
-        raise RuntimeError(
-            f"nbgrader {' '.join(args)} failed:\n" + (done.stdout + done.stderr)[-4000:]
-        )
-    return done.stdout + done.stderr
-
-
-def build_student(out: Path = STUDENT, timeout: int = 300) -> Path:
-    """The student edition: every notebook without its solutions, in ``out``.
-
-    nbgrader generates it from the source versions (:func:`source_notebook`); the
-    course directory it works in is ``out / "nbgrader"`` (keep it: grading uses
-    it). Returns the folder of student notebooks.
+    nbgrader asks for it when it creates a gradebook by running the ``alembic``
+    command, a Python process of its own (several seconds on a busy machine, and
+    only found when the virtual environment's scripts are on PATH); this reads the
+    same migration scripts directly.
     """
-    if out.exists():
-        shutil.rmtree(out)
-    root = _nbgrader_dir(out / "nbgrader", timeout)
-    _nbgrader(root, "db", "assignment", "add", ASSIGNMENT)
-    _nbgrader(root, "generate_assignment", ASSIGNMENT, "--force")
-    student = out / "notebooks"
-    shutil.copytree(root / "release" / ASSIGNMENT, student)
-    (out / "README.md").write_text(
-        "# Student edition\n\nThe notebooks of the series without the exercise "
-        "solutions. Each exercise's self-check still says `ok` or `not yet`; the "
-        "teacher grades submitted copies with `python -m grpo_helpers grade`.\n"
-    )
-    return student
+    from alembic.script import ScriptDirectory
+    from nbgrader.dbutil import ALEMBIC_DIR
+
+    head = ScriptDirectory(ALEMBIC_DIR).get_current_head()
+    assert head is not None
+    return head
 
 
-def grade(
-    submissions: Path,
-    out: Path = STUDENT,
-    timeout: int = 120,
-) -> Any:
-    """Grade submitted notebooks: one row per student per exercise.
+def build_student(out: Path = STUDENT, course: Path = COURSE) -> Path:
+    """The student edition, in ``out``, and the teacher's course directory.
 
-    Args:
-        submissions: ``<submissions>/<student>/<notebook>.ipynb`` as handed in.
-        out: where :func:`build_student` made the student edition (its nbgrader
-            course directory is reused; built first when missing).
-        timeout: seconds a cell may run; a cell past it is interrupted and
-            reported (``CellTimeoutError``), and grading goes on.
+    ``out`` is what ships to students, all of it: ``out/notebooks/`` (every
+    notebook, its exercises as stubs, its graded cells holding only the checks
+    learners run) and a README. No solution, hidden test or path to either is in
+    it.
+
+    ``course`` is the teacher's nbgrader course directory (``source/`` with the
+    solutions and the hidden tests, ``release/``, ``gradebook.db``); grading
+    (:func:`grpo_helpers.grading.grade`) reads it. Never hand it out.
 
     Returns:
-        A DataFrame with ``student, notebook, exercise, points, max_points,
-        passed, error`` (the error's type and message for a failed check, or of
-        the first error of the notebook when the check never ran), also written
-        to ``out / "grades.csv"``. Each submission runs in fast mode
-        (``GRPO_FAST=1``) with strict self-checks (``GRPO_STRICT_CHECKS=1``).
+        The folder of student notebooks.
     """
-    import pandas as pd
-    from nbgrader.api import Gradebook
-
-    root = out / "nbgrader"
-    if not (root / "release" / ASSIGNMENT).is_dir():
-        build_student(out, timeout)
-    else:
-        _nbgrader_dir(root, timeout)  # refresh the timeout in the config
-    submitted = root / "submitted"
-    if submitted.exists():
-        shutil.rmtree(submitted)
-    students = sorted(p.name for p in Path(submissions).iterdir() if p.is_dir())
-    for student in students:
-        target = submitted / student / ASSIGNMENT
-        target.mkdir(parents=True)
-        for notebook in sorted((Path(submissions) / student).glob("*.ipynb")):
-            shutil.copy(notebook, target / notebook.name)
-    env = {"GRPO_FAST": "1", "GRPO_STRICT_CHECKS": "1"}
-    for student in students:  # one at a time: a broken submission stops nobody else
-        try:
-            _nbgrader(
-                root, "autograde", ASSIGNMENT, "--student", student, "--force", env=env
-            )
-        except RuntimeError as error:
-            print(f"grading {student} failed: {error}", file=sys.stderr)
-    rows = []
-    os.environ["PATH"] = _path_env()["PATH"]  # the Gradebook runs alembic too
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
-        for student in students:
-            for notebook in sorted((submitted / student / ASSIGNMENT).glob("*.ipynb")):
-                graded = root / "autograded" / student / ASSIGNMENT / notebook.name
-                errors = _cell_errors(graded) if graded.is_file() else {}
-                first_error = next(iter(errors.values()), "not graded")
-                try:
-                    record = gradebook.find_submission_notebook(
-                        notebook.stem, ASSIGNMENT, student
-                    )
-                    grades = {g.name: g for g in record.grades}
-                except Exception:  # noqa: BLE001 - not graded at all: report it
-                    grades = {}
-                for name in _grade_ids(root / "source" / ASSIGNMENT / notebook.name):
-                    grade_ = grades.get(name)
-                    points = float(grade_.score) if grade_ is not None else 0.0
-                    maximum = float(grade_.max_score) if grade_ is not None else 1.0
-                    passed = grade_ is not None and points == maximum
-                    error = "" if passed else errors.get(name, first_error)
-                    rows.append(
-                        {
-                            "student": student,
-                            "notebook": notebook.stem,
-                            "exercise": name,
-                            "points": points,
-                            "max_points": maximum,
-                            "passed": passed,
-                            "error": error,
-                        }
-                    )
-    frame = pd.DataFrame(rows)
-    frame.to_csv(out / "grades.csv", index=False)
-    return frame
-
-
-def _grade_ids(path: Path) -> list[str]:
     import nbformat
+    import nbgrader.api
+    from nbgrader.converters import GenerateAssignment
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
 
-    nb = nbformat.read(path, as_version=4)
-    return [
-        c.metadata["nbgrader"]["grade_id"]
-        for c in nb.cells
-        if c.metadata.get("nbgrader", {}).get("grade")
-    ]
-
-
-def _cell_errors(path: Path) -> dict[str, str]:
-    """``{grade_id or "cell N": "Type: message"}`` of every cell that errored."""
-    import nbformat
-
-    nb = nbformat.read(path, as_version=4)
-    errors = {}
-    for index, cell in enumerate(nb.cells):
-        for output in cell.get("outputs", []):
-            if output.get("output_type") == "error":
-                key = cell.metadata.get("nbgrader", {}).get("grade_id", f"cell {index}")
-                errors[key] = f"{output['ename']}: {output['evalue']}"[:300]
-                break
-    return errors
+    if out.exists():
+        shutil.rmtree(out)
+    for stale in ("source", "release", "gradebook.db"):  # grades and feedback stay
+        path = course / stale
+        if path.is_dir():
+            shutil.rmtree(path)
+        elif path.exists():
+            path.unlink()
+    source = course / "source" / ASSIGNMENT
+    source.mkdir(parents=True)
+    write_nbgrader_config(course)
+    for path in notebook_paths():
+        nbformat.write(source_notebook(path), source / path.name)
+    config = Config()
+    config.CourseDirectory.root = str(course)
+    config.CourseDirectory.course_id = COURSE_ID
+    config.CourseDirectory.assignment_id = ASSIGNMENT
+    config.ClearSolutions.code_stub = {"python": ""}
+    config.GenerateAssignment.force = True
+    config.Application.log_level = "WARN"
+    app = GenerateAssignment(coursedir=CourseDirectory(config=config), config=config)
+    with mock.patch.object(nbgrader.api, "get_alembic_version", _alembic_head):
+        app.start()
+    student = out / "notebooks"
+    shutil.copytree(course / "release" / ASSIGNMENT, student)
+    (out / "README.md").write_text(
+        "# Student edition\n\nThe notebooks of the series without the exercise "
+        "solutions. Each exercise's self-check cell says `ok` or `not yet`, with a "
+        "hint; your teacher grades the notebooks you hand in with hidden tests "
+        "(`python -m grpo_helpers grade`).\n"
+    )
+    return student
 
 
 __all__ = [
@@ -494,6 +486,6 @@ __all__ = [
     "build_student",
     "execute_fast",
     "executed_mode",
-    "grade",
     "source_notebook",
+    "write_nbgrader_config",
 ]

@@ -1,84 +1,735 @@
-"""Graded exercises with nbgrader: a student edition without solutions, and
-autograding that gives the solutions full marks, the stubs zero, a half-done
-submission partial marks, and reports a submission that raises or never ends
-without stopping anyone else's grading."""
+"""Graded exercises: a student edition that holds no answers, hidden tests, and a
+grader that cannot be gamed.
+
+* the student edition (built once for the module) ships no solution, hidden test
+  or path to either, and its graded cells hold only the learners' checks;
+* no cell of any notebook loads the reference solutions (issue 22);
+* the hidden tests of every exercise of every notebook pass the solutions and fail
+  a stub, a typical wrong answer, an answer that hard-codes the visible cases and
+  an answer that delegates to a package function the exercise rules out (in this
+  process, no nbgrader: quick);
+* nbgrader grades notebook 03 handed in by five students (one grading run, two
+  students at a time, shared by the tests below it, each asserting its own
+  student's rows): the solutions get full marks; delegating to the solutions,
+  reading the solution files, patching ``checks``, hard-coding the visible
+  examples and calling the package's own function each score zero; an endless
+  loop is stopped and reported while the notebook goes on; a correct submission
+  with a cell slower than the function limit (a slow import on a loaded machine)
+  gets full marks; the submissions run where the solutions are not; the grades
+  file has a row per exercise and a total per student; ``--feedback`` writes each
+  student's feedback;
+* the per-student time budget stops a grading process that hangs (a stand-in
+  process, no nbgrader).
+"""
 
 from __future__ import annotations
 
-import shutil
+import ast
+import json
+import re
+import sys
+import textwrap
+import time
 from pathlib import Path
 
 import nbformat
+import numpy as np
+import pandas as pd
 import pytest
 
-from grpo_helpers import course
+from grpo_helpers import (
+    advantages,
+    checks,
+    cli,
+    course,
+    evaluation,
+    grading,
+    hidden_tests,
+    rewards,
+)
 
-NOTEBOOK = "03_group_advantages"  # two code exercises, pure numpy: quick to grade
-SOLUTIONS = course.NOTEBOOKS / "solutions" / f"{NOTEBOOK}.py"
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOK = "03_group_advantages"  # two pure-numpy exercises: quick to grade
+FUNCTION_SECONDS = 2  # the graded function's limit in the grading run below
+SLOW_CELL_SECONDS = 4  # fay's slow cell: longer than the function limit
+#: What a lean submission imports (it may delete the notebook's other cells).
+LIGHT_IMPORTS = """import math
+
+import numpy as np
+
+from grpo_helpers import advantages, checks, datum, evaluation, rewards
+"""
+
+
+# ----------------------------------------------------------------------------------
+# The student edition
+# ----------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def edition(tmp_path_factory):
-    out = tmp_path_factory.mktemp("student")
-    return out, course.build_student(out)
+    base = tmp_path_factory.mktemp("edition")
+    out, course_dir = base / "student", base / "course"
+    notebooks = course.build_student(out, course_dir)
+    return out, notebooks, course_dir
 
 
-def _exercise_cells(nb):
-    return [c for c in nb.cells if "exercise" in c.metadata.get("tags", [])]
+def _tagged(nb, tag):
+    return [c for c in nb.cells if tag in c.metadata.get("tags", [])]
 
 
-def _submit(edition_dir: Path, folder: Path, student: str, answers: list[str | None]):
-    """A copy of the student notebook with exercise i replaced by answers[i]
-    (None: left as the stub)."""
-    nb = nbformat.read(edition_dir / f"{NOTEBOOK}.ipynb", as_version=4)
-    for cell, answer in zip(_exercise_cells(nb), answers, strict=True):
-        if answer is not None:
-            cell.source = answer
-    (folder / student).mkdir(parents=True)
-    nbformat.write(nb, folder / student / f"{NOTEBOOK}.ipynb")
-
-
-def test_the_student_edition_has_no_solutions(edition):
-    _, notebooks = edition
-    assert sorted(p.stem for p in notebooks.glob("*.ipynb")) == [
-        p.stem for p in course.notebook_paths()
+def test_the_student_edition_ships_no_answers(edition):
+    out, notebooks, course_dir = edition
+    assert sorted(p.relative_to(out).parts[0] for p in out.iterdir()) == [
+        "README.md",
+        "notebooks",
+    ]
+    assert sorted(p.name for p in notebooks.iterdir()) == [
+        p.name for p in course.notebook_paths()
     ]
     for path in notebooks.glob("*.ipynb"):
         text = path.read_text()
-        assert "BEGIN SOLUTION" not in text and "END SOLUTION" not in text
+        for marker in ("SOLUTION", "HIDDEN TESTS", "solutions/", "_load_solutions"):
+            assert marker not in text, (path.name, marker)
+        assert "checks.solution" not in text
         nb = nbformat.read(path, as_version=4)
-        originals = nbformat.read(course.NOTEBOOKS / path.name, as_version=4)
-        stubs = [c.source.strip() for c in _exercise_cells(originals)]
-        assert [c.source.strip() for c in _exercise_cells(nb)] == stubs
-    assert not (notebooks / "solutions").exists()
+        original = nbformat.read(course.NOTEBOOKS / path.name, as_version=4)
+        # the exercises are the stubs, the graded cells the learners' own checks
+        for tag in ("exercise", "self-check"):
+            assert [c.source.strip() for c in _tagged(nb, tag)] == [
+                c.source.strip() for c in _tagged(original, tag)
+            ]
+        graded = [c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade")]
+        assert len(graded) == len(_tagged(original, "exercise"))
+        assert course.NO_SOLUTIONS in text
+    # the teacher's side has what the edition lacks
+    source = course_dir / "source" / course.ASSIGNMENT / f"{NOTEBOOK}.ipynb"
+    assert "### BEGIN HIDDEN TESTS" in source.read_text()
+    assert "### BEGIN SOLUTION" in source.read_text()
+
+
+def test_no_cell_of_any_notebook_loads_the_solutions():
+    """Issue 22: check cells bound the reference solutions to a name
+    (``solutions = checks.solution(...)``); no cell may load them."""
+    loaders = {"solution", "_load_solutions", "spec_from_file_location", "run_path"}
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT  # notebook 06 awaits
+    for path in course.notebook_paths():
+        nb = nbformat.read(path, as_version=4)
+        for index, cell in enumerate(nb.cells):
+            if cell.cell_type != "code":
+                continue
+            where = f"{path.name} cell {index}"
+            tree = compile(cell.source, where, "exec", flags=flags)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.Call):
+                    callee = node.func
+                    name = getattr(callee, "attr", getattr(callee, "id", ""))
+                    assert name not in loaders, f"{where} calls {name}"
+                if isinstance(node, ast.Constant) and isinstance(node.value, str):
+                    assert "solutions/" not in node.value, f"{where}: {node.value!r}"
+                if isinstance(node, ast.Name) and "self-check" in cell.metadata.get(
+                    "tags", []
+                ):
+                    assert "solution" not in node.id.lower(), f"{where}: {node.id}"
+    assert not hasattr(checks, "solution")
+
+
+# ----------------------------------------------------------------------------------
+# Hidden tests of every exercise, in this process
+# ----------------------------------------------------------------------------------
+
+
+def _hidden_blocks():
+    """``(notebook, exercise name, hidden block)`` of every graded cell."""
+    blocks = []
+    for path in course.notebook_paths():
+        for cell in course.source_notebook(path).cells:
+            if cell.metadata.get("nbgrader", {}).get("grade"):
+                block = cell.source[cell.source.index(hidden_tests.BEGIN) :]
+                name = re.search(r"Hidden tests of (\w+)", block).group(1)
+                blocks.append((path.stem, name, block))
+    return blocks
+
+
+@pytest.fixture(scope="module")
+def blocks():
+    return _hidden_blocks()
+
+
+def _passes(block, name, answer):
+    try:
+        exec(block, {name: answer})
+    except AssertionError as error:
+        return str(error)
+    return ""
+
+
+def _sequential_sampling(sampling_client, prompt_tokens_list, params_list, group_size):
+    import pytrio as trio
+
+    return [
+        sampling_client.sample(
+            prompt=trio.ModelInput.from_ints(tokens),
+            num_samples=group_size,
+            sampling_params=params,
+        ).result()
+        for tokens, params in zip(prompt_tokens_list, params_list, strict=True)
+    ]
+
+
+async def _awaits_before_submitting(training_client, datums, adam_params):
+    fb = await training_client.forward_backward_async(
+        datums, loss_fn="importance_sampling"
+    )
+    fb_output = await fb
+    optim = await training_client.optim_step_async(adam_params)
+    return fb_output, await optim
+
+
+def _wald(successes, n, z=1.96):
+    p = successes / n
+    half = z * np.sqrt(p * (1 - p) / n)
+    return max(0.0, p - half), min(1.0, p + half)
+
+
+def _positional_flips(base_records, trained_records):
+    base = list(base_records["exact"])
+    trained = list(trained_records["exact"])
+    b = sum(1 for x, y in zip(base, trained, strict=True) if not x and y)
+    c = sum(1 for x, y in zip(base, trained, strict=True) if x and not y)
+    return b, c, evaluation.mcnemar_exact_p(b, c) if b + c else 1.0
+
+
+#: A typical wrong answer to every exercise.
+WRONG = {
+    "fraction_cut_off": lambda counts, m: float(np.mean(np.asarray(counts) >= m)),
+    "smallest_budget": lambda counts, coverage: next(
+        (
+            b
+            for b in (64, 128, 256, 512, 1024, 2048, 4096, 8192)
+            if np.mean(np.asarray(counts) <= b) > coverage
+        ),
+        None,
+    ),
+    "last_boxed": lambda text: (
+        (m := re.search(r"\\boxed\{([^}]*)\}", text)) and m.group(1).strip()
+    ),
+    "gaming_completion": r"\boxed{7}",
+    "smallest_group_size": lambda p, t: next(  # one too many
+        g + 1 for g in range(2, 10**6) if p**g + (1 - p) ** g <= t
+    ),
+    "success_advantage": lambda g, k, scale="none": 1 - k / g,
+    "trained_target": lambda p, c, i: None if i < len(p) else c[i - len(p)],
+    "looks_aligned": lambda inputs, targets, n: all(
+        t == i for t, i in zip(targets[n - 1 : -1], inputs[n:], strict=False)
+    ),
+    "loss_sum_by_hand": lambda datums, fb_output: float(
+        sum(-np.sum(d.loss_fn_inputs["advantages"].tolist()) for d in datums)
+    ),
+    "step_summary": lambda samples, step: {
+        "reward_mean": float(samples[samples["step"] == step]["reward"].mean()),
+        "accuracy": float(samples[samples["step"] == step]["exact"].mean()),
+        "frac_degenerate": float(
+            samples.groupby("question_index")["reward"]
+            .agg(lambda r: r.max() == r.min())
+            .mean()
+        ),
+    },
+    "sample_submitted_first": _sequential_sampling,
+    "train_step_async": _awaits_before_submitting,
+    "wilson_by_hand": _wald,
+    "flips_and_p": _positional_flips,
+    "questions_needed": lambda accuracy, half_width: (
+        next(
+            n
+            for n in range(2, 100_000)
+            if np.diff(evaluation.wilson_interval(round(accuracy * n), n))[0] / 2
+            < half_width
+        )
+        + 1
+    ),
+    "token_weights": lambda lengths, mode, max_tokens: [
+        1.0 / max_tokens if mode == "sequence_mean" else 1.0 for _ in lengths
+    ],
+    "k3_estimate": lambda sampled, reference: float(  # d = reference - sampled
+        np.mean(
+            [
+                np.exp(s - r) + (r - s) - 1
+                for row_s, row_r in zip(sampled, reference, strict=True)
+                for s, r in zip(row_s, row_r, strict=True)
+            ]
+        )
+    ),
+}
+
+
+def _delegate_questions(accuracy, half_width):
+    return next(
+        n
+        for n in range(1, 100_000)
+        if np.diff(evaluation.wilson_interval(round(accuracy * n), n))[0] / 2
+        <= half_width
+    )
+
+
+#: Answers that call the package function the exercise rules out.
+DELEGATES = {
+    "last_boxed": lambda text: rewards.extract_boxed(text),
+    "smallest_group_size": lambda p, t: next(
+        g for g in range(2, 10**6) if advantages.degenerate_probability(p, g) <= t
+    ),
+    "success_advantage": lambda g, k, scale="none": advantages.group_advantages(
+        [1.0] * k + [0.0] * (g - k), scale=scale
+    )[0],
+    "wilson_by_hand": lambda k, n, z=1.96: evaluation.wilson_interval(k, n),
+    "flips_and_p": lambda base, trained: (
+        lambda merged: (
+            b := int((~merged["exact_x"] & merged["exact_y"]).sum()),
+            c := int((merged["exact_x"] & ~merged["exact_y"]).sum()),
+            evaluation.mcnemar_exact_p(b, c),
+        )
+    )(base.merge(trained, on="index")),
+    "token_weights": lambda lengths, mode, max_tokens: advantages.length_scales(
+        lengths, mode, max_tokens
+    ),
+    "k3_estimate": lambda sampled, reference: advantages.kl_penalty(
+        sampled, reference, 0.0
+    )[1]["kl_k3"],
+}
+
+
+def test_every_exercise_has_a_hidden_test(blocks):
+    names = [name for _, name, _ in blocks]
+    assert set(names) == set(WRONG)
+    assert len(names) == len(set(names)) == 17
+
+
+def test_hidden_tests_pass_the_solutions(blocks):
+    for stem, name, block in blocks:
+        answer = getattr(course._load_solutions(stem), name)
+        assert _passes(block, name, answer) == "", (stem, name)
+
+
+def test_hidden_tests_fail_stubs_and_wrong_answers(blocks):
+    for stem, name, block in blocks:
+        namespace = {}
+        nb = nbformat.read(course.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+        stubs = "\n\n".join(c.source for c in _tagged(nb, "exercise"))
+        exec(stubs, namespace)
+        assert "hidden test" in _passes(block, name, namespace[name]), (name, "stub")
+        assert "hidden test" in _passes(block, name, WRONG[name]), (name, "wrong")
+
+
+def test_hidden_tests_fail_answers_that_call_the_package(blocks):
+    for stem, name, block in blocks:
+        if name in DELEGATES:
+            # the package's function gives the right values outside the test ...
+            solution = getattr(course._load_solutions(stem), name)
+            cases = course._load_solutions(stem).HIDDEN_CASES[name]
+            if "setup" not in cases:
+                case = cases["cases"][0]
+                got, want = DELEGATES[name](*case), solution(*case)
+                if isinstance(want, str):
+                    assert got == want
+                else:
+                    assert got == pytest.approx(want, abs=5e-3)
+            # ... and raises inside it
+            assert "asks you to write it without" in _passes(
+                block, name, DELEGATES[name]
+            ), name
+
+
+def test_hidden_tests_fail_answers_that_load_the_solutions(blocks):
+    """Here the solutions exist (the teacher's checkout); the hidden test still
+    makes the teacher's loader raise."""
+    for stem, name, block in blocks:
+        if name == "gaming_completion":
+            continue  # a value: nothing is called while the test runs
+
+        def delegate(*args, stem=stem, name=name):
+            return getattr(course._load_solutions(stem), name)(*args)
+
+        assert "_load_solutions" in _passes(block, name, delegate), name
+
+
+def _visible_calls(stem):
+    """``{exercise name: [(repr, argument tuple)]}`` that the notebook's own checks
+    pass to the learner's functions (checks that need no earlier cell)."""
+    nb = nbformat.read(course.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    solutions = course._load_solutions(stem)
+    names = [course._exercise_name(c.source) for c in _tagged(nb, "exercise")]
+    calls = {name: [] for name in names}
+    namespace = {}
+    exec(LIGHT_IMPORTS, namespace)
+
+    def recorder(name):
+        def record(*args):
+            calls[name].append((repr(args), args))
+            return getattr(solutions, name)(*args)
+
+        return record
+
+    for name in names:
+        namespace[name] = recorder(name)
+    for cell in _tagged(nb, "self-check"):
+        exec(cell.source, namespace)
+    return calls
+
+
+@pytest.mark.parametrize("stem", ["01_gsm8k_dataset", "03_group_advantages"])
+def test_hidden_tests_fail_answers_that_hard_code_the_visible_cases(blocks, stem):
+    solutions = course._load_solutions(stem)
+    for name, visible in _visible_calls(stem).items():
+        assert visible, name
+        block = next(b for s, n, b in blocks if (s, n) == (stem, name))
+        hidden = {repr(tuple(c)) for c in solutions.HIDDEN_CASES[name]["cases"]}
+        assert not hidden & {key for key, _ in visible}, name
+        memo = {key: getattr(solutions, name)(*args) for key, args in visible}
+
+        def hard_coded(*args, memo=memo):
+            return memo.get(repr(args))
+
+        assert hard_coded(*visible[0][1]) is not None
+        assert "hidden test" in _passes(block, name, hard_coded), name
+
+
+def test_hidden_tests_stop_an_endless_loop(blocks, monkeypatch):
+    monkeypatch.setenv("GRPO_CHECK_SECONDS", "0.5")
+    block = next(b for _, n, b in blocks if n == "smallest_group_size")
+
+    def endless(pass_rate, max_degenerate):
+        while True:
+            try:
+                pass
+            except Exception:  # noqa: BLE001 - a loop that swallows exceptions
+                continue
+
+    started = time.perf_counter()
+    assert "took longer than 0.5 s" in _passes(block, "smallest_group_size", endless)
+    assert time.perf_counter() - started < 5
+
+
+def test_a_forbidden_function_works_again_after_the_hidden_test(blocks):
+    block = next(b for _, n, b in blocks if n == "smallest_group_size")
+    _passes(block, "smallest_group_size", DELEGATES["smallest_group_size"])
+    assert advantages.degenerate_probability(0.5, 2) == pytest.approx(0.5)
+
+
+def test_property_check_hints_without_the_answer(capsys):
+    ok = checks.property_check(
+        "demo",
+        lambda: [3, 4],
+        {"every value is even": lambda got: all(v % 2 == 0 for v in got)},
+        strict=False,
+    )
+    assert not ok
+    assert capsys.readouterr().out == "demo: not yet\n    every value is even\n"
+    with pytest.raises(AssertionError, match="still the stub"):
+        checks.property_check("demo", lambda: [None], {}, strict=True)
+
+
+def test_checks_stop_an_endless_loop_when_a_limit_is_set(monkeypatch, capsys):
+    from dataclasses import replace
+
+    monkeypatch.setattr(checks, "SETTINGS", replace(checks.SETTINGS, check_seconds=0.3))
+
+    def endless():
+        while True:
+            pass
+
+    assert not checks.self_check("loop", endless, 1, strict=False)
+    assert "took longer than 0.3 s" in capsys.readouterr().out
+
+
+# ----------------------------------------------------------------------------------
+# nbgrader grades notebook 03 handed in by five students
+# ----------------------------------------------------------------------------------
+
+
+def _submission(notebooks: Path, answers: list[str], lean: bool = True, first=""):
+    """The student edition of notebook 03 with its exercise cells replaced by
+    ``answers``. ``lean``: only light imports, the exercises and their graded
+    cells (a student may delete cells; the graded ones are restored anyway).
+    ``first``: a cell of the student's own, run before the exercises."""
+    nb = nbformat.read(notebooks / f"{NOTEBOOK}.ipynb", as_version=4)
+    for cell, answer in zip(_tagged(nb, "exercise"), answers, strict=True):
+        cell.source = answer
+    if lean:
+        kept = [
+            c
+            for c in nb.cells
+            if "exercise" in c.metadata.get("tags", [])
+            or c.metadata.get("nbgrader", {}).get("grade")
+        ]
+        nb.cells = [nbformat.v4.new_code_cell(LIGHT_IMPORTS), *kept]
+    if first:
+        position = nb.cells.index(_tagged(nb, "exercise")[0])
+        nb.cells.insert(position, nbformat.v4.new_code_cell(first))
+    return nb
+
+
+def _solution(name):
+    return course._solution_block(NOTEBOOK, name)
+
+
+def _visible_success_advantages():
+    solution = course._load_solutions(NOTEBOOK).success_advantage
+    cases = [
+        (g, k, s) for g in (2, 4, 8, 16) for k in range(1, g) for s in ("none", "group")
+    ]
+    return {case: solution(*case) for case in cases}
+
+
+CHEATS = {
+    "carl": [  # delegates to the teacher's loader; reads the solution file
+        textwrap.dedent("""
+            from grpo_helpers import course
+
+
+            def smallest_group_size(pass_rate, max_degenerate):
+                solutions = course._load_solutions("03_group_advantages")
+                return solutions.smallest_group_size(pass_rate, max_degenerate)
+        """),
+        textwrap.dedent("""
+            from grpo_helpers.config import SETTINGS
+
+            path = SETTINGS.project_root / "notebooks/solutions/03_group_advantages.py"
+            exec(path.read_text())  # defines success_advantage
+        """),
+    ],
+    "dora": [  # patches checks (the stub stays); hard-codes the visible examples
+        textwrap.dedent("""
+            from grpo_helpers import checks
+
+
+            def always_ok(exercise, *args, **kwargs):
+                print(f"{exercise}: ok")
+                return True
+
+
+            checks.self_check = checks.property_check = always_ok
+
+
+            def smallest_group_size(pass_rate, max_degenerate):
+                return None
+        """),
+        None,  # filled in by the fixture: the visible cases' values, literally
+    ],
+}
+
+#: eve's second answer calls the package's own function, which the exercise rules
+#: out (her first one never ends).
+PACKAGE_CALL = textwrap.dedent("""
+    def success_advantage(group_size, num_successes, scale="none"):
+        rewards = [1.0] * num_successes + [0.0] * (group_size - num_successes)
+        return advantages.group_advantages(rewards, scale=scale)[0]
+""")
+
+
+@pytest.fixture(scope="module")
+def graded(edition, tmp_path_factory):
+    """One grading run (the CLI, with --feedback) of five students."""
+    _, notebooks, course_dir = edition
+    folder = tmp_path_factory.mktemp("submissions")
+    spy = folder.parent / "fay-saw.json"
+    solutions = [_solution("smallest_group_size"), _solution("success_advantage")]
+    visible = _visible_success_advantages()
+    cheats = dict(CHEATS)
+    cheats["dora"] = [
+        CHEATS["dora"][0],
+        f"VISIBLE = {visible!r}\n\n\n"
+        "def success_advantage(group_size, num_successes, scale='none'):\n"
+        "    return VISIBLE.get((group_size, num_successes, scale))\n",
+    ]
+    endless = (
+        "def smallest_group_size(pass_rate, max_degenerate):\n"
+        "    while True:\n"
+        "        pass\n"
+    )
+    slow = textwrap.dedent(f"""
+        import json
+        import os
+        import time
+
+        import grpo_helpers
+        from grpo_helpers.config import SETTINGS
+
+        time.sleep({SLOW_CELL_SECONDS})  # a slow import on a loaded machine
+        seen = {{
+            "package": grpo_helpers.__file__,
+            "project_root": str(SETTINGS.project_root),
+            "solutions_exist": (SETTINGS.project_root / "notebooks/solutions").exists(),
+            "cwd": os.getcwd(),
+        }}
+        with open({str(spy)!r}, "w") as out:
+            json.dump(seen, out)
+    """)
+    students = {
+        "ada": _submission(notebooks, solutions, lean=False),
+        **{name: _submission(notebooks, answers) for name, answers in cheats.items()},
+        "eve": _submission(notebooks, [endless, PACKAGE_CALL]),
+        "fay": _submission(notebooks, solutions, first=slow),
+    }
+    for name, nb in students.items():
+        (folder / name).mkdir()
+        nbformat.write(nb, folder / name / f"{NOTEBOOK}.ipynb")
+    code = cli.main(
+        [
+            "grade",
+            str(folder),
+            "--course",
+            str(course_dir),
+            "--feedback",
+            "--function-seconds",
+            str(FUNCTION_SECONDS),
+            "--workers",
+            "2",
+        ]
+    )
+    assert code == 0
+    grades = pd.read_csv(course_dir / "grades.csv", keep_default_na=False)
+    return grades, course_dir, spy
+
+
+def _rows(grades, student):
+    mine = grades[(grades["student"] == student) & (grades["exercise"] != "TOTAL")]
+    return mine.set_index("exercise")
 
 
 @pytest.mark.notebook
-def test_grading_solutions_stubs_partial_broken_and_endless(edition, tmp_path):
-    out, notebooks = edition
-    solution = f"exec({SOLUTIONS.read_text()!r})"
-    loops = (
-        "def smallest_group_size(pass_rate, max_degenerate):\n"
-        "    while True:\n"
-        "        pass"
+def test_the_solutions_get_full_marks(graded):
+    grades, _, _ = graded
+    ada = _rows(grades, "ada")
+    assert list(ada["points"]) == [1.0, 1.0]
+    assert list(ada["error"]) == ["", ""]
+
+
+@pytest.mark.notebook
+def test_delegating_to_the_solutions_scores_zero(graded):
+    carl = _rows(graded[0], "carl")
+    assert carl.loc["exercise-1", "points"] == 0
+    assert "FileNotFoundError: No solutions" in carl.loc["exercise-1", "error"]
+
+
+@pytest.mark.notebook
+def test_reading_the_solution_files_scores_zero(graded):
+    carl = _rows(graded[0], "carl")
+    assert carl.loc["exercise-2", "points"] == 0
+    error = carl.loc["exercise-2", "error"]
+    assert "NameError: name 'success_advantage' is not defined" in error
+    assert "FileNotFoundError" in error  # the earlier error: the file is not there
+
+
+@pytest.mark.notebook
+def test_patching_checks_scores_zero(graded):
+    dora = _rows(graded[0], "dora")
+    assert dora.loc["exercise-1", "points"] == 0
+    assert "hidden test of smallest_group_size" in dora.loc["exercise-1", "error"]
+    assert "still the stub" in dora.loc["exercise-1", "error"]
+
+
+@pytest.mark.notebook
+def test_hard_coding_the_visible_examples_scores_zero(graded):
+    dora = _rows(graded[0], "dora")
+    assert dora.loc["exercise-2", "points"] == 0
+    assert "hidden test of success_advantage" in dora.loc["exercise-2", "error"]
+
+
+@pytest.mark.notebook
+def test_calling_the_package_function_the_exercise_rules_out_scores_zero(graded):
+    eve = _rows(graded[0], "eve")
+    assert eve.loc["exercise-2", "points"] == 0
+    assert (
+        "without grpo_helpers.advantages.group_advantages"
+        in (eve.loc["exercise-2", "error"])
     )
-    raises = "raise RuntimeError('my cell is broken')"
-    submissions = tmp_path / "submissions"
-    _submit(notebooks, submissions, "ada", [solution, solution])
-    _submit(notebooks, submissions, "bob", [None, None])
-    _submit(notebooks, submissions, "cy", [solution, None])
-    _submit(notebooks, submissions, "dee", [raises, solution])
-    _submit(notebooks, submissions, "eve", [loops, solution])
-    grades = course.grade(submissions, out, timeout=20)
-    by = {s: g for s, g in grades.groupby("student")}
-    assert set(by) == {"ada", "bob", "cy", "dee", "eve"}
-    points = {s: g["points"].sum() for s, g in by.items()}
-    assert points == {"ada": 2.0, "bob": 0.0, "cy": 1.0, "dee": 1.0, "eve": 1.0}
-    assert list(by["ada"]["error"]) == ["", ""]
-    assert all("stub" in error for error in by["bob"]["error"])
-    broken = by["dee"].set_index("exercise").loc["exercise-1", "error"]
-    assert "my cell is broken" in broken or "NameError" in broken
-    endless = by["eve"].set_index("exercise").loc["exercise-1", "error"]
-    assert "Timeout" in endless or "KeyboardInterrupt" in endless
-    assert (out / "grades.csv").is_file()
-    shutil.rmtree(out / "nbgrader" / "autograded", ignore_errors=True)
+
+
+@pytest.mark.notebook
+def test_an_endless_loop_is_stopped_and_reported(graded):
+    eve = _rows(graded[0], "eve")
+    assert eve.loc["exercise-1", "points"] == 0
+    assert f"took longer than {FUNCTION_SECONDS} s" in eve.loc["exercise-1", "error"]
+    # the notebook went on: exercise 2 was graded (it fails for its own reason)
+    assert "hidden test of success_advantage" in eve.loc["exercise-2", "error"]
+
+
+@pytest.mark.notebook
+def test_a_correct_submission_with_a_slow_cell_gets_full_marks(graded):
+    """fay's own cell takes longer than the graded function's limit (a torch import
+    on a loaded machine); only the graded function is timed."""
+    fay = _rows(graded[0], "fay")
+    assert list(fay["points"]) == [1.0, 1.0]
+    assert SLOW_CELL_SECONDS > FUNCTION_SECONDS
+
+
+@pytest.mark.notebook
+def test_submissions_run_where_the_solutions_are_not(graded):
+    _, _, spy = graded
+    seen = json.loads(spy.read_text())
+    assert not seen["solutions_exist"]
+    for key in ("package", "project_root", "cwd"):
+        assert not Path(seen[key]).resolve().is_relative_to(ROOT), key
+
+
+@pytest.mark.notebook
+def test_the_grades_file_has_a_row_per_exercise_and_a_total_per_student(graded):
+    grades, _, _ = graded
+    assert list(grades.columns) == grading.COLUMNS
+    students = ["ada", "carl", "dora", "eve", "fay"]
+    assert sorted(set(grades["student"])) == students
+    for student in students:
+        mine = grades[grades["student"] == student]
+        assert list(mine["exercise"]) == ["exercise-1", "exercise-2", "TOTAL"]
+        total = mine.iloc[-1]
+        assert total["points"] == mine.iloc[:2]["points"].sum()
+        assert total["max_points"] == 2.0
+    totals = grades[grades["exercise"] == "TOTAL"].set_index("student")["points"]
+    assert totals.to_dict() == {
+        "ada": 2.0,
+        "carl": 0.0,
+        "dora": 0.0,
+        "eve": 0.0,
+        "fay": 2.0,
+    }
+
+
+@pytest.mark.notebook
+def test_feedback_is_written_for_every_student(graded):
+    grades, course_dir, _ = graded
+    for student, points in [("ada", "2.0 / 2.0"), ("eve", "0.0 / 2.0")]:
+        html = course_dir / "feedback" / student / f"{NOTEBOOK}.html"
+        text = html.read_text()
+        assert f"Score: {points}" in text
+    assert sorted(p.name for p in (course_dir / "feedback").iterdir()) == sorted(
+        set(grades["student"])
+    )
+
+
+# ----------------------------------------------------------------------------------
+# The per-student time budget (a stand-in for the grading process)
+# ----------------------------------------------------------------------------------
+
+HANGS = """
+import json, os, sys, time
+from pathlib import Path
+spec = json.loads(sys.stdin.read())
+results = Path(spec["course"]) / "results"
+(results / (spec["students"][0] + ".started")).write_text(str(os.getpid()))
+while True:
+    time.sleep(1)
+"""
+
+
+def test_a_student_past_the_total_is_stopped_and_the_next_graded(tmp_path, monkeypatch):
+    results = tmp_path / "results"
+    results.mkdir()
+    command = [sys.executable, "-c", HANGS]
+    monkeypatch.setattr(grading, "DRIVER", command)
+    spec = {"students": ["x", "y"], "course": str(tmp_path)}
+    started = time.perf_counter()
+    grading._run_drivers(spec, results, total_seconds=0.5)
+    for student in ("x", "y"):
+        outcome = json.loads((results / f"{student}.json").read_text())
+        assert "longer than 0.5 s in total" in outcome["stopped"]
+    assert time.perf_counter() - started < 30

@@ -9,8 +9,9 @@ Three groups of tests:
   an update moving probability towards positive advantages, the same draws sync and
   async (notebook 06);
 * the notebooks themselves: the house opening, one ``parameters`` cell, the PyTRIO
-  preset, stripped outputs, and (executed in fast mode with the solutions pasted
-  into the exercise cells) every self-check printing ``ok``.
+  preset, stripped outputs, and (the teacher's version executed in fast mode:
+  the solutions in the exercise cells, the grader's hidden tests in the check
+  cells) every self-check printing ``ok`` and every hidden test passing.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ import pytrio as trio
 from grpo_helpers import (
     advantages,
     checks,
+    course,
     datum,
     evaluation,
     prompts,
@@ -600,14 +602,12 @@ def test_notebook_is_stripped_and_names_its_solutions(key):
 
 
 def _with_solutions(key: str, overrides: str) -> nbformat.NotebookNode:
-    """The notebook with its exercise cells replaced by the solutions file."""
-    nb = read_notebook(key)
-    path = ROOT / "notebooks" / "solutions" / f"{NOTEBOOKS[key][0]}.py"
+    """The teacher's version of the notebook (nbgrader's source version): each
+    exercise cell holds the stub, then the solution; each check cell the learner's
+    check, then the hidden tests that grading runs."""
+    nb = course.source_notebook(ROOT / "notebooks" / f"{NOTEBOOKS[key][0]}.ipynb")
     for cell in nb.cells:
-        tags = cell.metadata.get("tags", [])
-        if "exercise" in tags:
-            cell.source = f"exec({path.read_text()!r})"
-        if "parameters" in tags:
+        if "parameters" in cell.metadata.get("tags", []):
             cell.source += "\n" + overrides
     return nb
 
@@ -627,7 +627,8 @@ def _with_solutions(key: str, overrides: str) -> nbformat.NotebookNode:
     ],
 )
 def test_notebook_self_checks_accept_the_solutions(key, overrides, runs, monkeypatch):
-    """Fast mode, solutions pasted into the exercise cells: every check says ok."""
+    """Fast mode, the teacher's version (solutions in the exercise cells, hidden
+    tests in the check cells): every check says ok and no hidden test fails."""
     from nbclient import NotebookClient
 
     monkeypatch.setenv("GRPO_FAST", "1")  # the kernel inherits it

@@ -31,3 +31,36 @@ def smallest_budget(token_counts, coverage):
         if np.mean(counts <= budget) >= coverage:
             return budget
     return None
+
+
+#: The grader's hidden tests: other inputs than the notebook's visible checks.
+#: ``grpo_helpers.course`` computes the expected values with the functions above
+#: when it builds the student edition and writes them into the graded cells as
+#: literals (nbgrader keeps them out of the student edition). This file never
+#: ships to students.
+HIDDEN_CASES = {
+    "fraction_cut_off": {
+        "cases": [
+            ([3, 100, 100, 101, 250, 7, 99], 100),
+            ([50], 49),
+            ([50], 50),
+            ([1, 2, 3, 4], 0),
+            ([1000, 2000, 3000], 2500),
+            ([128, 128, 128, 129], 128),
+            ([5, 500, 5000, 50000, 12], 4096),
+        ],
+        "tol": 1e-9,
+    },
+    "smallest_budget": {
+        "cases": [
+            ([100, 200, 300, 400], 0.75),
+            ([8192, 8193], 0.5),
+            ([8193], 0.1),
+            ([10, 20, 30], 1.0),
+            ([63, 64, 65, 129], 0.5),
+            ([65] * 10 + [300], 0.9),
+            ([700, 800, 900, 1000, 3000], 0.8),
+            ([129, 130, 4000], 0.6),
+        ],
+    },
+}

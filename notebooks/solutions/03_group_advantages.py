@@ -35,3 +35,40 @@ def success_advantage(group_size, num_successes, scale="none"):
     if scale == "group":
         return math.sqrt((group_size - num_successes) / num_successes)
     return 1.0 - q
+
+
+#: The grader's hidden tests: other inputs than the notebook's visible checks.
+#: ``grpo_helpers.course`` computes the expected values with the functions above
+#: when it builds the student edition and writes them into the graded cells as
+#: literals (nbgrader keeps them out of the student edition). ``forbid``: the
+#: package functions the exercise says not to use; the hidden test makes them raise
+#: while it calls the learner's function. This file never ships to students.
+HIDDEN_CASES = {
+    "smallest_group_size": {
+        "cases": [
+            (0.8, 0.3),
+            (0.6, 0.05),
+            (0.3, 0.2),
+            (0.95, 0.4),
+            (0.5, 0.25),
+            (0.2, 0.01),
+            (0.97, 0.6),
+        ],
+        "forbid": ["grpo_helpers.advantages.degenerate_probability"],
+    },
+    "success_advantage": {
+        "cases": [
+            (3, 1, "none"),
+            (3, 2, "group"),
+            (5, 2, "none"),
+            (5, 3, "group"),
+            (32, 1, "group"),
+            (10, 7, "none"),
+            (6, 3, "group"),
+            (12, 4, "group"),
+        ],
+        # the package adds eps = 1e-4 to the std; the exercise says to ignore it
+        "tol": 5e-3,
+        "forbid": ["grpo_helpers.advantages.group_advantages"],
+    },
+}

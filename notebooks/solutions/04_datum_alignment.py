@@ -40,6 +40,40 @@ def looks_aligned(model_input, target_tokens, num_prompt_tokens):
     )
 
 
+#: The grader's hidden tests: other inputs than the notebook's visible checks.
+#: ``grpo_helpers.course`` computes the expected values with the functions above
+#: when it builds the student edition and writes them into the graded cells as
+#: literals (nbgrader keeps them out of the student edition). This file never ships
+#: to students.
+HIDDEN_CASES = {
+    "trained_target": {
+        "cases": [
+            ([9, 8], [7, 6, 5], 0),
+            ([9, 8], [7, 6, 5], 1),
+            ([9, 8], [7, 6, 5], 3),
+            ([4, 4, 4, 4], [1], 2),
+            ([4, 4, 4, 4], [1], 3),
+            ([3], [2], 0),
+            ([11, 12, 13], [14, 15], 1),
+            ([11, 12, 13], [14, 15], 2),
+        ],
+    },
+    "looks_aligned": {
+        "cases": [
+            ([3, 4, 5, 6], [0, 5, 6, 7], 2),
+            ([3, 4, 5, 6], [0, 5, 6, 9], 2),
+            ([3, 4, 5, 6], [9, 5, 6, 7], 2),
+            ([3, 4, 5, 6], [0, 4, 5, 6], 2),
+            ([3, 4, 5, 6], [0, 6, 7, 0], 2),
+            ([3, 4, 5, 6, 7], [0, 5, 6, 7], 2),
+            ([8], [2], 1),
+            ([1, 2, 3, 4, 5], [0, 3, 4, 5, 6], 2),
+            ([1, 2, 3, 4, 5], [0, 3, 4, 0, 6], 2),
+        ],
+    },
+}
+
+
 # Exercise 3 (discussion). On the first P - 1 positions all four lists agree across
 # the group: model_input holds the same prompt tokens, target_tokens is padding 0,
 # and the sampler logprobs and advantages are 0.0. Each of those positions' loss

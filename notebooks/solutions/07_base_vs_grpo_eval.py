@@ -67,3 +67,60 @@ def questions_needed(accuracy: float, half_width: float, z: float = 1.96) -> int
         if (high - low) / 2 <= half_width:
             return n
         n += 1
+
+
+def _flip_case(base: str, trained: str, seed: int) -> tuple:
+    """Exact grades as strings of 0/1, and a shuffled order of the trained rows."""
+    import random
+
+    order = list(range(len(base)))
+    random.Random(seed).shuffle(order)
+    return ([c == "1" for c in base], [c == "1" for c in trained], order)
+
+
+#: The grader's hidden tests: other inputs than the notebook's visible checks.
+#: ``grpo_helpers.course`` computes the expected values with the functions above
+#: when it builds the student edition and writes them into the graded cells as
+#: literals (nbgrader keeps them out of the student edition). ``forbid``: the
+#: package functions the exercise says not to use; the hidden test makes them raise
+#: while it calls the learner's function. This file never ships to students.
+HIDDEN_CASES = {
+    "wilson_by_hand": {
+        "cases": [(3, 7), (42, 50), (0, 4), (12, 12), (250, 300), (1, 1000), (17, 40)],
+        # the package's z is 1.95996..., the exercise's 1.96: both pass
+        "tol": 1e-4,
+        "forbid": ["grpo_helpers.evaluation.wilson_interval"],
+    },
+    # Each case: exact grades of the base and trained model by question index,
+    # and the order in which the trained records come (any order must work).
+    "flips_and_p": {
+        "cases": [
+            _flip_case("1011000110", "1110101101", 1),
+            _flip_case(
+                "000011110000111100001111000011", "111111110011111101001111110111", 2
+            ),
+            _flip_case("110", "110", 3),
+            _flip_case("0000011", "1111111", 4),
+            _flip_case("1" * 12, "0" * 3 + "1" * 9, 5),
+        ],
+        "tol": 1e-9,
+        "forbid": [
+            "grpo_helpers.evaluation.mcnemar_exact_p",
+            "grpo_helpers.evaluation.compare",
+        ],
+        "setup": """
+def prepare(case):
+    import pandas as pd
+
+    base, trained, order = case
+    base_records = pd.DataFrame({"index": range(len(base)), "exact": base})
+    trained_records = pd.DataFrame(
+        {"index": order, "exact": [trained[i] for i in order]}
+    )
+    return base_records, trained_records
+""",
+    },
+    "questions_needed": {
+        "cases": [(0.7, 0.06), (0.9, 0.04), (0.6, 0.08), (0.85, 0.05), (0.5, 0.2)],
+    },
+}

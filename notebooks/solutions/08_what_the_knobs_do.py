@@ -38,3 +38,36 @@ def k3_estimate(sampled: list[list[float]], reference: list[list[float]]) -> flo
         for s, r in zip(row_s, row_r, strict=True)
     ]
     return sum(math.exp(-d) + d - 1.0 for d in diffs) / len(diffs)
+
+
+#: The grader's hidden tests: other inputs than the notebook's visible checks.
+#: ``grpo_helpers.course`` computes the expected values with the functions above
+#: when it builds the student edition and writes them into the graded cells as
+#: literals (nbgrader keeps them out of the student edition). ``forbid``: the
+#: package functions the exercise says not to use; the hidden test makes them raise
+#: while it calls the learner's function. This file never ships to students.
+HIDDEN_CASES = {
+    "token_weights": {
+        "cases": [
+            ([3, 9, 12], "sequence_mean", 16),
+            ([2, 2], "token_mean", 4),
+            ([10], "constant", 32),
+            ([4, 1], "token_sum", 8),
+            ([6, 2, 8], "token_mean", 16),
+            ([5, 20], "constant", 40),
+            ([1, 50], "sequence_mean", 64),
+        ],
+        "tol": 1e-12,
+        "forbid": ["grpo_helpers.advantages.length_scales"],
+    },
+    "k3_estimate": {
+        "cases": [
+            ([[-0.5, -1.0]], [[-0.7, -0.9]]),
+            ([[-2.0], [-0.1, -0.3, -0.2]], [[-1.5], [-0.2, -0.2, -0.4]]),
+            ([[-1.0, -1.0]], [[-1.0, -1.0]]),
+            ([[-0.05, -3.0, -0.6, -1.1]], [[-0.9, -0.2, -0.6, -2.5]]),
+        ],
+        "tol": 1e-9,
+        "forbid": ["grpo_helpers.advantages.kl_penalty"],
+    },
+}

@@ -1,0 +1,546 @@
+"""Autograding handed-in notebooks with nbgrader and the hidden tests.
+
+``python -m grpo_helpers grade <submissions>`` grades
+``<submissions>/<student>/<notebook>.ipynb`` with the teacher's course directory
+that ``make student`` wrote (:func:`grpo_helpers.course.build_student`): nbgrader's
+``autograde`` restores each graded cell with its hidden tests
+(:mod:`grpo_helpers.hidden_tests`) and runs the notebook in fast mode
+(``GRPO_FAST=1``) with strict checks (``GRPO_STRICT_CHECKS=1``). A graded cell
+that runs without an error earns its point.
+
+**Where a submission runs.** Each student is graded in a fresh folder of its own
+under the system's temporary directory, made just before and removed just after:
+a copy of ``grpo_helpers``, the data, the gradebook and that student's notebooks,
+and nothing else. The kernel imports that copy (``PYTHONPATH``), so every path the
+package computes (``SETTINGS.project_root``, ``course.SOLUTIONS``) points into the
+folder, where ``notebooks/solutions/`` does not exist, and no relative path leads
+from it to the project or to another student's notebooks. A submission that opens
+the solutions through the package's paths, or calls the teacher's loader
+(``course._load_solutions``, which the hidden tests also make raise), fails.
+
+This is not a sandbox: the code of a submission runs as the teacher's user. It
+does not stop a submission that looks for the teacher's files by absolute path,
+through the Python installation (a virtual environment inside the project), the
+installed package's metadata or ``/proc``; that reads the gradebook of its own
+folder (the hidden tests' expected values); that rewrites Python's builtins; or
+that attacks the grading processes or other files. For that, grade in a container
+or as a user who cannot read the project.
+
+**Time limits.** Two kinds of slowness must not be confused: a cell that imports
+torch or trains for a minute on a busy machine, and an endless loop in a learner's
+function. The grader limits *the graded function*, not the cells: each call of
+the learner's code by a check or a hidden test gets ``function_seconds`` (60 by
+default; ``GRPO_CHECK_SECONDS`` in the kernel). Every exercise's function
+returns in well under a second on any machine, so the limit cannot hit a right
+answer however loaded the machine is, while an endless loop in it is stopped
+after that many seconds and reported as such. A limit per cell could not do both:
+tight enough to stop a loop quickly, it would fail the slow import of a loaded
+machine. Two backstops catch what is not a graded function (a loop at the top of
+a cell): nbgrader's per-cell limit, ``cell_seconds`` (900 by default, far above
+any cell of the series in fast mode), and ``total_seconds`` per student (3600 by
+default), after which the student's grading process is stopped, that student's
+notebooks get no points with the reason in the grades file, and grading goes on
+with the next student.
+
+Introduced in: the README (for teachers)
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+COLUMNS = ["student", "notebook", "exercise", "points", "max_points", "passed", "error"]
+#: The exercise column of each student's summary row.
+TOTAL = "TOTAL"
+PACKAGE = Path(__file__).resolve().parent
+#: The grading process's command; None: this file, run as a script (its spec comes
+#: on stdin). As a script it imports no part of grpo_helpers, only nbgrader.
+DRIVER: list[str] | None = None
+
+
+def grade(
+    submissions: Path,
+    course_dir: Path | None = None,
+    function_seconds: float = 60,
+    cell_seconds: int = 900,
+    total_seconds: float = 3600,
+    feedback: bool = False,
+    workers: int = 1,
+) -> Any:
+    """Grade handed-in notebooks; write and return the grades.
+
+    Args:
+        submissions: ``<submissions>/<student>/<notebook>.ipynb`` as handed in
+            (notebooks of the series; other files are ignored).
+        course_dir: the teacher's course directory of
+            :func:`grpo_helpers.course.build_student` (default ``build/grading``;
+            built first when missing, with the student edition in its default
+            place).
+        function_seconds: seconds per call of a learner's function by a check or
+            a hidden test.
+        cell_seconds: seconds a cell may run before nbgrader interrupts it.
+        total_seconds: seconds for all of one student's notebooks.
+        feedback: also write each student's feedback (HTML, nbgrader's
+            ``generate_feedback``) to ``course_dir/feedback/<student>/``.
+        workers: students graded at the same time (one process each).
+
+    Returns:
+        A DataFrame with ``student, notebook, exercise, points, max_points, passed,
+        error``: one row per student per exercise of every notebook that anyone
+        handed in (no notebook: 0 points, "not submitted"), then one row per
+        student with exercise ``TOTAL`` and the sums. ``error`` says why a graded
+        cell earned nothing (its error, with an earlier error of the notebook when
+        there was one, or why the notebook was not graded). Also written to
+        ``course_dir/grades.csv``; the graded notebooks go to
+        ``course_dir/autograded/<student>/``.
+    """
+    import pandas as pd
+
+    from grpo_helpers import course
+
+    submissions = Path(submissions)
+    course_dir = Path(course.COURSE if course_dir is None else course_dir)
+    if not (course_dir / "gradebook.db").is_file():
+        course.build_student(course=course_dir)
+    sources = course_dir / "source" / course.ASSIGNMENT
+    known = sorted(p.stem for p in sources.glob("*.ipynb"))
+    students = sorted(p.name for p in submissions.iterdir() if p.is_dir())
+    handed_in = {
+        student: sorted(
+            p.stem for p in (submissions / student).glob("*.ipynb") if p.stem in known
+        )
+        for student in students
+    }
+    notebooks = sorted({stem for stems in handed_in.values() for stem in stems})
+    for name in ("autograded", "feedback", "results"):
+        shutil.rmtree(course_dir / name, ignore_errors=True)
+    results = course_dir / "results"
+    results.mkdir(parents=True)
+    spec = {
+        "students": [s for s in students if handed_in[s]],
+        "submissions": str(submissions.resolve()),
+        "course": str(course_dir.resolve()),
+        "package": str(PACKAGE),  # copied next to each submission
+        "data": str(course.ROOT / "data"),
+        "assignment": course.ASSIGNMENT,
+        "course_id": course.COURSE_ID,
+        "cell_seconds": int(cell_seconds),
+        "feedback": bool(feedback),
+        "kernel_env": {
+            "GRPO_FAST": "1",
+            "GRPO_STRICT_CHECKS": "1",
+            "GRPO_CHECK_SECONDS": f"{float(function_seconds):g}",
+            "MPLBACKEND": "Agg",
+        },
+    }
+    _run_drivers(spec, results, total_seconds, workers)
+    rows = []
+    for student in students:
+        outcome = _read_json(results / f"{student}.json")
+        for stem in notebooks:
+            source = sources / f"{stem}.ipynb"
+            rows += _notebook_rows(source, student, handed_in[student], outcome)
+    shutil.rmtree(results, ignore_errors=True)
+    frame = pd.DataFrame(rows, columns=COLUMNS)
+    frame = pd.concat([frame, _totals(frame, students)], ignore_index=True)
+    frame.to_csv(course_dir / "grades.csv", index=False)
+    return frame
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _notebook_rows(
+    source: Path, student: str, handed_in: list[str], outcome: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The rows of one student's notebook (``source``: its teacher's version)."""
+    stem = source.stem
+    graded = outcome.get("notebooks", {}).get(stem, {})
+    if stem not in handed_in:
+        reason = "not submitted"
+    else:
+        reason = (
+            outcome.get("stopped")
+            or outcome.get("failed")
+            or graded.get("first_error")
+            or ("not graded" if not graded else "no points and no error recorded")
+        )
+    rows = []
+    for grade_id, maximum in _grade_ids(source):
+        score = graded.get("grades", {}).get(grade_id)
+        points = float(score[0]) if score is not None and stem in handed_in else 0.0
+        passed = points == maximum
+        error = "" if passed else graded.get("errors", {}).get(grade_id) or reason
+        rows.append(
+            {
+                "student": student,
+                "notebook": stem,
+                "exercise": grade_id,
+                "points": points,
+                "max_points": maximum,
+                "passed": passed,
+                "error": error,
+            }
+        )
+    return rows
+
+
+def _totals(frame: Any, students: list[str]) -> Any:
+    import pandas as pd
+
+    rows = []
+    for student in students:
+        mine = frame[frame["student"] == student]
+        failed = int((~mine["passed"].astype(bool)).sum())
+        rows.append(
+            {
+                "student": student,
+                "notebook": "",
+                "exercise": TOTAL,
+                "points": float(mine["points"].sum()),
+                "max_points": float(mine["max_points"].sum()),
+                "passed": failed == 0 and len(mine) > 0,
+                "error": f"{failed} of {len(mine)} exercises not passed"
+                if failed
+                else "",
+            }
+        )
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def _grade_ids(path: Path) -> list[tuple[str, float]]:
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    return [
+        (c.metadata["nbgrader"]["grade_id"], float(c.metadata["nbgrader"]["points"]))
+        for c in nb.cells
+        if c.metadata.get("nbgrader", {}).get("grade")
+    ]
+
+
+# ----------------------------------------------------------------------------------
+# The grading processes: restarted past a student that stopped one
+# ----------------------------------------------------------------------------------
+
+
+def _run_drivers(
+    spec: dict[str, Any], results: Path, total_seconds: float, workers: int = 1
+) -> None:
+    """Grade ``spec["students"]`` in ``workers`` separate processes
+    (:func:`_drive`), each taking the next student nobody has taken yet.
+
+    A student whose grading runs past ``total_seconds``, or during which the
+    process dies (a submission can kill its parent), is recorded as stopped; a new
+    process grades the students left.
+    """
+    work = Path(tempfile.mkdtemp(prefix="grpo-grading-"))
+    try:
+        (work / "driver").mkdir()
+        shutil.copy(Path(__file__), work / "driver" / "grading.py")
+        with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
+            jobs = [
+                pool.submit(_worker, number, spec, results, total_seconds, work)
+                for number in range(max(1, workers))
+            ]
+            for job in jobs:
+                job.result()
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _worker(
+    number: int, spec: dict[str, Any], results: Path, total_seconds: float, work: Path
+) -> None:
+    scripts = str(Path(sys.executable).parent)  # nbgrader runs alembic by name
+    env = {
+        **{k: v for k, v in os.environ.items() if k != "PYTHONPATH"},
+        "PATH": scripts + os.pathsep + os.environ.get("PATH", ""),
+        "GRPO_GRADING_WORK": str(work),
+    }
+    command = DRIVER or [sys.executable, str(work / "driver" / "grading.py")]
+    log = work / f"driver-{number}.log"
+    while True:
+        waiting = [s for s in spec["students"] if not _marker(results, s).exists()]
+        if not waiting:
+            return
+        with open(log, "w") as out:
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=work,
+                env=env,
+                start_new_session=True,
+            )
+            assert process.stdin is not None
+            process.stdin.write(json.dumps({**spec, "students": waiting}).encode())
+            process.stdin.close()
+            stopped = _watch(process, waiting, results, total_seconds)
+        mine = [s for s in waiting if _taken_by(results, s) == str(process.pid)]
+        for student in mine:
+            if not (results / f"{student}.json").is_file():
+                reason = stopped or (
+                    f"the grading process ended (exit code {process.returncode}) "
+                    "while grading this student"
+                )
+                (results / f"{student}.json").write_text(
+                    json.dumps({"stopped": reason})
+                )
+        if not mine:  # it graded nobody: it failed to start; say why, once
+            tail = log.read_text()[-3000:]
+            for student in waiting:
+                if _take(results, student, "failed"):
+                    failure = {"failed": f"grading did not start: {tail}"}
+                    (results / f"{student}.json").write_text(json.dumps(failure))
+            return
+
+
+def _marker(results: Path, student: str) -> Path:
+    return results / f"{student}.started"
+
+
+def _take(results: Path, student: str, owner: str) -> bool:
+    """Mark ``student`` as taken by ``owner``; False when someone was first."""
+    try:
+        descriptor = os.open(
+            _marker(results, student), os.O_CREAT | os.O_EXCL | os.O_WRONLY
+        )
+    except FileExistsError:
+        return False
+    with os.fdopen(descriptor, "w") as marker:
+        marker.write(owner)
+    return True
+
+
+def _taken_by(results: Path, student: str) -> str:
+    try:
+        return _marker(results, student).read_text()
+    except OSError:
+        return ""
+
+
+def _pycache(folder: str, names: list[str]) -> list[str]:
+    return [n for n in names if n == "__pycache__"]
+
+
+def _watch(
+    process: subprocess.Popen, students: list[str], results: Path, total_seconds: float
+) -> str:
+    """Wait for the process; stop it when one of its students' grading passes
+    ``total_seconds``. Returns the reason it was stopped, or ``""``."""
+    owner = str(process.pid)
+    while process.poll() is None:
+        for student in students:
+            marker = _marker(results, student)
+            running = (
+                _taken_by(results, student) == owner
+                and not (results / f"{student}.json").is_file()
+            )
+            if running and time.time() - marker.stat().st_mtime > total_seconds:
+                _kill(process)
+                return (
+                    f"stopped: grading this student took longer than "
+                    f"{total_seconds:g} s in total"
+                )
+        time.sleep(0.2)
+    return ""
+
+
+def _kill(process: subprocess.Popen) -> None:
+    """Kill the grading process, its kernels and what they started."""
+    try:
+        import psutil
+
+        children = psutil.Process(process.pid).children(recursive=True)
+    except Exception:  # noqa: BLE001 - no psutil, or already gone: the group is enough
+        children = []
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+    for child in children:
+        with contextlib.suppress(Exception):
+            child.kill()
+    process.wait()
+
+
+# ----------------------------------------------------------------------------------
+# Inside the grading process
+# ----------------------------------------------------------------------------------
+
+
+def _drive(spec: dict[str, Any]) -> None:
+    """Grade each student of ``spec`` in a folder of its own (see the module)."""
+    from nbgrader.converters import Autograde, GenerateFeedback
+    from nbgrader.coursedir import CourseDirectory
+    from traitlets.config import Config
+
+    course_dir, results = Path(spec["course"]), Path(spec["course"]) / "results"
+    work = Path(os.environ.pop("GRPO_GRADING_WORK", "") or tempfile.gettempdir())
+    for name in ("OLDPWD", "_"):  # the teacher's shell: paths into the project
+        os.environ.pop(name, None)
+    for student in spec["students"]:
+        if not _take(results, student, str(os.getpid())):
+            continue  # another grading process has it
+        root = Path(tempfile.mkdtemp(prefix="submission-", dir=work))
+        outcome: dict[str, Any] = {}
+        try:
+            _prepare_root(root, spec, student)
+            config = Config()
+            config.CourseDirectory.root = str(root)
+            config.CourseDirectory.course_id = spec["course_id"]
+            config.CourseDirectory.assignment_id = spec["assignment"]
+            config.CourseDirectory.student_id = student
+            config.Execute.timeout = spec["cell_seconds"]
+            config.Execute.interrupt_on_timeout = True
+            config.Execute.error_on_timeout = {
+                "ename": "CellTimeoutError",
+                "evalue": f"the cell ran past {spec['cell_seconds']} s and was stopped",
+                "traceback": [],
+            }
+            config.Autograde.create_student = True
+            config.Application.log_level = "WARN"
+            os.environ.update(spec["kernel_env"])
+            os.environ["PYTHONPATH"] = str(root)  # the kernel imports the copy
+            os.environ["PWD"] = str(root)
+            os.chdir(root)
+            coursedir = CourseDirectory(config=config)
+            app = Autograde(coursedir=coursedir, config=config)
+            app.force = True
+            app.start()
+            if spec["feedback"]:
+                feedback = GenerateFeedback(coursedir=coursedir, config=config)
+                feedback.force = True
+                feedback.start()
+            outcome = _collect(root, student, course_dir, spec["assignment"])
+        except Exception:  # noqa: BLE001 - record it for this student, go on
+            outcome = {"failed": "grading failed: " + traceback.format_exc()[-1500:]}
+        finally:
+            os.chdir(work)
+            shutil.rmtree(root, ignore_errors=True)
+        (results / f"{student}.json").write_text(json.dumps(outcome))
+
+
+def _prepare_root(root: Path, spec: dict[str, Any], student: str) -> None:
+    """The student's folder: package copy, data, gradebook, submitted notebooks."""
+    shutil.copytree(spec["package"], root / "grpo_helpers", ignore=_pycache)
+    data = Path(spec["data"])
+    if data.is_dir():
+        shutil.copytree(data, root / "data", copy_function=_link_or_copy)
+    shutil.copy(Path(spec["course"]) / "gradebook.db", root / "gradebook.db")
+    target = root / "submitted" / student / spec["assignment"]
+    target.mkdir(parents=True)
+    for notebook in sorted((Path(spec["submissions"]) / student).glob("*.ipynb")):
+        shutil.copy(notebook, target / notebook.name)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link (no copy, and no path back to the project); a copy across
+    file systems."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _collect(
+    root: Path, student: str, course_dir: Path, assignment: str
+) -> dict[str, Any]:
+    """Scores and errors of one student's graded notebooks; keep the notebooks
+    and the feedback in the course directory."""
+    from nbgrader.api import Gradebook, MissingEntry
+
+    autograded = root / "autograded" / student / assignment
+    keep = course_dir / "autograded" / student
+    keep.mkdir(parents=True, exist_ok=True)
+    notebooks: dict[str, Any] = {}
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        for path in sorted(autograded.glob("*.ipynb")):
+            try:
+                record = gradebook.find_submission_notebook(
+                    path.stem, assignment, student
+                )
+                grades = {g.name: [g.score, g.max_score] for g in record.grades}
+            except MissingEntry:
+                grades = {}
+            errors, first_error = _cell_errors(path)
+            notebooks[path.stem] = {
+                "grades": grades,
+                "errors": errors,
+                "first_error": first_error,
+            }
+            shutil.copy(path, keep / path.name)
+    html = root / "feedback" / student / assignment
+    if html.is_dir():
+        shutil.copytree(html, course_dir / "feedback" / student, dirs_exist_ok=True)
+    return {"notebooks": notebooks}
+
+
+def _cell_errors(path: Path) -> tuple[dict[str, str], str]:
+    """``({grade_id: error}, first error of the notebook)`` of a graded notebook.
+
+    A graded cell's error is ``"Type: message"``, followed by the first error of
+    an earlier cell when there was one (a broken answer cell shows up in its
+    check as a NameError; this says where it started).
+    """
+    import nbformat
+
+    nb = nbformat.read(path, as_version=4)
+    errors: dict[str, str] = {}
+    first = earlier = ""
+    for index, cell in enumerate(nb.cells):
+        error = next(
+            (
+                f"{o['ename']}: {o['evalue']}"
+                for o in cell.get("outputs", [])
+                if o.get("output_type") == "error"
+            ),
+            None,
+        )
+        if error is None:
+            continue
+        where = f"cell {index}: {error}"[:300]
+        first = first or where
+        grader = cell.metadata.get("nbgrader", {})
+        if grader.get("grade"):
+            text = error[:400]
+            if earlier:
+                text += f" (after an earlier error, {earlier})"
+            errors[grader["grade_id"]] = text
+        else:
+            earlier = earlier or where
+    return errors, first
+
+
+def main() -> int:
+    """The grading process: the spec comes on stdin (no paths on its command
+    line, which a submission could read)."""
+    # jsonschema (under nbformat) compiles 38 grammars of rfc3987_syntax when it
+    # is imported, for an "iri" format that no notebook schema uses: 2 s of every
+    # grading process. Without it, jsonschema skips that format.
+    sys.modules.setdefault("rfc3987_syntax", None)  # type: ignore[arg-type]
+    _drive(json.loads(sys.stdin.read()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
+
+
+__all__ = ["COLUMNS", "TOTAL", "grade"]
