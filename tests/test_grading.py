@@ -393,16 +393,24 @@ def test_hidden_tests_fail_answers_that_hard_code_the_visible_cases(blocks, stem
         assert "hidden test" in _passes(block, name, hard_coded), name
 
 
+def _practically_endless(seconds):
+    """A busy loop that gives up after ``seconds`` (so that a broken limit fails
+    the test instead of hanging it), swallowing exceptions as it goes."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            pass
+        except Exception:  # noqa: BLE001 - a loop that swallows exceptions
+            continue
+    return 2
+
+
 def test_hidden_tests_stop_an_endless_loop(blocks, monkeypatch):
     monkeypatch.setenv("GRPO_CHECK_SECONDS", "0.5")
     block = next(b for _, n, b in blocks if n == "smallest_group_size")
 
     def endless(pass_rate, max_degenerate):
-        while True:
-            try:
-                pass
-            except Exception:  # noqa: BLE001 - a loop that swallows exceptions
-                continue
+        return _practically_endless(20)
 
     started = time.perf_counter()
     assert "took longer than 0.5 s" in _passes(block, "smallest_group_size", endless)
@@ -432,12 +440,9 @@ def test_checks_stop_an_endless_loop_when_a_limit_is_set(monkeypatch, capsys):
     from dataclasses import replace
 
     monkeypatch.setattr(checks, "SETTINGS", replace(checks.SETTINGS, check_seconds=0.3))
-
-    def endless():
-        while True:
-            pass
-
-    assert not checks.self_check("loop", endless, 1, strict=False)
+    assert not checks.self_check(
+        "loop", lambda: _practically_endless(10), 1, strict=False
+    )
     assert "took longer than 0.3 s" in capsys.readouterr().out
 
 
@@ -446,11 +451,12 @@ def test_checks_stop_an_endless_loop_when_a_limit_is_set(monkeypatch, capsys):
 # ----------------------------------------------------------------------------------
 
 
-def _submission(notebooks: Path, answers: list[str], lean: bool = True, first=""):
+def _submission(notebooks: Path, answers: list[str], lean: bool = True, slow=""):
     """The student edition of notebook 03 with its exercise cells replaced by
     ``answers``. ``lean``: only light imports, the exercises and their graded
     cells (a student may delete cells; the graded ones are restored anyway).
-    ``first``: a cell of the student's own, run before the exercises."""
+    ``slow``: code run before the imports, in the same cell (the imports, which
+    everything after needs, finish only after it)."""
     nb = nbformat.read(notebooks / f"{NOTEBOOK}.ipynb", as_version=4)
     for cell, answer in zip(_tagged(nb, "exercise"), answers, strict=True):
         cell.source = answer
@@ -461,10 +467,8 @@ def _submission(notebooks: Path, answers: list[str], lean: bool = True, first=""
             if "exercise" in c.metadata.get("tags", [])
             or c.metadata.get("nbgrader", {}).get("grade")
         ]
-        nb.cells = [nbformat.v4.new_code_cell(LIGHT_IMPORTS), *kept]
-    if first:
-        position = nb.cells.index(_tagged(nb, "exercise")[0])
-        nb.cells.insert(position, nbformat.v4.new_code_cell(first))
+        imports = nbformat.v4.new_code_cell(slow + LIGHT_IMPORTS)
+        nb.cells = [imports, *kept]
     return nb
 
 
@@ -563,12 +567,13 @@ def graded(edition, tmp_path_factory):
         }}
         with open({str(spy)!r}, "w") as out:
             json.dump(seen, out)
+
     """)
     students = {
         "ada": _submission(notebooks, solutions, lean=False),
         **{name: _submission(notebooks, answers) for name, answers in cheats.items()},
         "eve": _submission(notebooks, [endless, PACKAGE_CALL]),
-        "fay": _submission(notebooks, solutions, first=slow),
+        "fay": _submission(notebooks, solutions, slow=slow),
     }
     for name, nb in students.items():
         (folder / name).mkdir()
@@ -656,8 +661,9 @@ def test_an_endless_loop_is_stopped_and_reported(graded):
 
 @pytest.mark.notebook
 def test_a_correct_submission_with_a_slow_cell_gets_full_marks(graded):
-    """fay's own cell takes longer than the graded function's limit (a torch import
-    on a loaded machine); only the graded function is timed."""
+    """fay's import cell takes longer than the graded function's limit (a torch
+    import on a loaded machine), and every later cell needs it; only the graded
+    function is timed."""
     fay = _rows(graded[0], "fay")
     assert list(fay["points"]) == [1.0, 1.0]
     assert SLOW_CELL_SECONDS > FUNCTION_SECONDS
