@@ -438,12 +438,22 @@ def _drive(spec: dict[str, Any]) -> None:
                 feedback.start()
             outcome = _collect(root, student, course_dir, spec["assignment"])
         except Exception as error:  # noqa: BLE001 - record it for this student, go on
-            said = log.getvalue().strip() if log is not None else ""
-            outcome = {"failed": f"grading failed: {said or error}"[-1500:]}
+            said = _summary(log.getvalue()) if log is not None else ""
+            outcome = {"failed": f"grading failed: {said or error}"}
         finally:
             os.chdir(work)
             shutil.rmtree(root, ignore_errors=True)
         (results / f"{student}.json").write_text(json.dumps(outcome))
+
+
+def _summary(log: str) -> str:
+    """nbgrader's error log without its tracebacks (their frames and source)."""
+    lines = [
+        line
+        for line in log.splitlines()
+        if line.strip() and not line.startswith((" ", "Traceback", "---"))
+    ]
+    return " | ".join(lines)[:1500]
 
 
 def _capture_errors(app: Any) -> io.StringIO:
