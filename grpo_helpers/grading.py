@@ -28,12 +28,13 @@ or as a user who cannot read the project.
 
 **Time limits.** Two kinds of slowness must not be confused: a cell that imports
 torch or trains for a minute on a busy machine, and an endless loop in a learner's
-function. The grader limits *the graded function*, not the cells: each call of
-the learner's code by a check or a hidden test gets ``function_seconds`` (60 by
-default; ``GRPO_CHECK_SECONDS`` in the kernel). Every exercise's function
-returns in well under a second on any machine, so the limit cannot hit a right
-answer however loaded the machine is, while an endless loop in it is stopped
-after that many seconds and reported as such. A limit per cell could not do both:
+function. The grader limits *the graded function*, not the cells: the learner's
+code gets ``function_seconds`` (60 by default; ``GRPO_CHECK_SECONDS`` in the
+kernel) in each check and in each call of a hidden test. What an exercise's
+function does takes milliseconds (notebook 06's check samples a few tokens of the
+tiny model: about a second), so a minute cannot cut off a right answer however
+loaded the machine, while an endless loop is stopped after it and reported as
+such. A limit per cell could not do both:
 tight enough to stop a loop quickly, it would fail the slow import of a loaded
 machine. Two backstops catch what is not a graded function (a loop at the top of
 a cell): nbgrader's per-cell limit, ``cell_seconds`` (900 by default, far above
