@@ -414,8 +414,16 @@ def _student_parser(sub: argparse._SubParsersAction) -> None:
         "solutions, the hidden tests with their expected values, the gradebook) "
         "is what grade uses; never hand it out.",
     )
-    p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "student"))
-    p.add_argument("--course", default=str(SETTINGS.project_root / "build" / "grading"))
+    p.add_argument(
+        "--out",
+        default=str(SETTINGS.project_root / "build" / "student"),
+        help="the student edition: hand out all of it (default build/student)",
+    )
+    p.add_argument(
+        "--course",
+        default=str(SETTINGS.project_root / "build" / "grading"),
+        help="the teacher's course directory: keep it (default build/grading)",
+    )
 
 
 def cmd_student(args: argparse.Namespace) -> int:
@@ -437,12 +445,18 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
         "that holds no solutions. <course>/grades.csv gets one row per student "
         "per exercise and one TOTAL row per student; --feedback also writes "
         "<course>/feedback/<student>/<notebook>.html (nbgrader's "
-        "generate_feedback). Time limits: each call of a learner's function "
-        "(--function-seconds) stops endless loops; --cell-seconds and "
-        "--total-seconds (per student) are generous backstops.",
+        "generate_feedback). Time limits: the learner's code in each check and "
+        "each hidden test's call (--function-seconds) stops endless loops; "
+        "--cell-seconds and --total-seconds (per student) are generous "
+        "backstops.",
     )
     p.add_argument("submissions", help="a folder with one sub-folder per student")
-    p.add_argument("--course", default=str(SETTINGS.project_root / "build" / "grading"))
+    p.add_argument(
+        "--course",
+        default=str(SETTINGS.project_root / "build" / "grading"),
+        help="the course directory of `student` (default build/grading); "
+        "grades.csv, autograded/ and feedback/ are written there",
+    )
     p.add_argument(
         "--feedback",
         action="store_true",
@@ -453,7 +467,8 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
         "--function-seconds",
         type=float,
         default=60,
-        help="seconds per call of a learner's function (default 60)",
+        help="seconds the learner's code gets in each check and each call of a "
+        "hidden test (default 60)",
     )
     p.add_argument(
         "--cell-seconds",
