@@ -9,22 +9,23 @@ that ``make student`` wrote (:func:`grpo_helpers.course.build_student`): nbgrade
 that runs without an error earns its point.
 
 **Where a submission runs.** Each student is graded in a fresh folder of its own
-under the system's temporary directory, made just before and removed just after:
-a copy of ``grpo_helpers``, the data, the gradebook and that student's notebooks,
-and nothing else. The kernel imports that copy (``PYTHONPATH``), so every path the
-package computes (``SETTINGS.project_root``, ``course.SOLUTIONS``) points into the
-folder, where ``notebooks/solutions/`` does not exist, and no relative path leads
-from it to the project or to another student's notebooks. A submission that opens
-the solutions through the package's paths, or calls the teacher's loader
+directly in the system's temporary directory, made just before and removed just
+after: a copy of ``grpo_helpers``, the data, the gradebook and that student's
+notebooks, and nothing else. The kernel imports that copy (``PYTHONPATH``), so
+every path the package computes (``SETTINGS.project_root``, ``course.SOLUTIONS``)
+points into the folder, where ``notebooks/solutions/`` does not exist; the folder
+is not inside the project, so no relative path leads back to it. A submission that
+opens the solutions through the package's paths, or calls the teacher's loader
 (``course._load_solutions``, which the hidden tests also make raise), fails.
 
 This is not a sandbox: the code of a submission runs as the teacher's user. It
-does not stop a submission that looks for the teacher's files by absolute path,
-through the Python installation (a virtual environment inside the project), the
-installed package's metadata or ``/proc``; that reads the gradebook of its own
-folder (the hidden tests' expected values); that rewrites Python's builtins; or
-that attacks the grading processes or other files. For that, grade in a container
-or as a user who cannot read the project.
+does not stop a submission that searches the file system (the project by absolute
+path, the temporary directory where, with ``workers`` > 1, another student's
+folder exists at the same time), finds the project through the Python installation
+(a virtual environment inside it), the installed package's metadata or ``/proc``,
+reads the gradebook of its own folder (the hidden tests' expected values),
+rewrites Python's builtins, or attacks the grading processes or other files. For
+that, grade in a container or as a user who cannot read the project.
 
 **Time limits.** Two kinds of slowness must not be confused: a cell that imports
 torch or trains for a minute on a busy machine, and an endless loop in a learner's
@@ -400,7 +401,7 @@ def _drive(spec: dict[str, Any]) -> None:
     for student in spec["students"]:
         if not _take(results, student, str(os.getpid())):
             continue  # another grading process has it
-        root = Path(tempfile.mkdtemp(prefix="submission-", dir=work))
+        root = Path(tempfile.mkdtemp(prefix="grpo-submission-"))
         outcome: dict[str, Any] = {}
         log: io.StringIO | None = None
         try:
