@@ -155,23 +155,30 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--table",
         metavar="RESULTS.json",
+        nargs="+",
         default=None,
-        help="print the README's rows of a saved run (a JSON this bench wrote); "
-        "trains nothing, takes no other option",
+        help="print the README's rows of saved runs (JSON files this bench wrote, "
+        "one per seed or one for several, in the order given); trains nothing, "
+        "takes no other option",
     )
     args = p.parse_args(argv)
     if args.table is not None:
         given = sys.argv[1:] if argv is None else argv
-        if list(given) not in (["--table", args.table], [f"--table={args.table}"]):
-            p.error("--table takes no other option: it only re-prints a saved run")
-        try:
-            args.results = load_results(Path(args.table))
-        except (OSError, ValueError, TypeError) as error:
-            p.error(
-                f"--table {args.table}: cannot read it as this bench's JSON "
-                f"({error}); pass one it wrote, such as "
-                "bench/results/cpu_grpo_demo-demo-seeds0-1-2.json"
-            )
+        if list(given) not in (
+            ["--table", *args.table],
+            *([[f"--table={args.table[0]}"]] if len(args.table) == 1 else []),
+        ):
+            p.error("--table takes no other option: it only re-prints saved runs")
+        args.results = []
+        for table in args.table:
+            try:
+                args.results += load_results(Path(table))
+            except (OSError, ValueError, TypeError) as error:
+                p.error(
+                    f"--table {table}: cannot read it as this bench's JSON "
+                    f"({error}); pass one it wrote, such as "
+                    "bench/results/cpu_grpo_demo-demo-seeds0-1-2.json"
+                )
     if args.quick:
         args.preset = "quick"
         args.base_model = args.base_model or "tiny-random"
