@@ -208,11 +208,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     import pytrio as trio
 
     from grpo_helpers import data, prompts, rewards, rollout, training
-    from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.config import SETTINGS, GRPOConfig
     from grpo_helpers.engines import connect
     from grpo_helpers.local import prefix
 
-    run_dir = ROOT / "runs" / "bench-step-time"
+    run_dir = SETTINGS.runs_dir / "bench-step-time"
     paths = {
         "old": connect(
             "local", run_dir=run_dir, shared_prefix=False, merged_sampler=False

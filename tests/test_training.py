@@ -376,7 +376,7 @@ def test_fast_runs_never_share_a_directory_with_full_runs(fast):
     from grpo_helpers.config import SETTINGS
 
     settings = dataclasses.replace(SETTINGS, fast=fast)
-    runs = settings.project_root / "runs"
+    runs = settings.runs_dir
     assert settings.runs_root == (runs / "fast" if fast else runs)
 
 
@@ -404,3 +404,24 @@ def test_box_drift_speaks_only_when_the_box_falls_and_quotes_the_reward():
     # too short, or recorded before the columns existed: nothing to say
     assert training.box_drift(falling.head(6), "right_answer") is None
     assert training.box_drift(falling.drop(columns="boxed_frac"), "binary") is None
+
+
+def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path):
+    from grpo_helpers import config
+
+    monkeypatch.delenv("GRPO_RUNS_ROOT", raising=False)
+    assert config._read_settings().runs_dir == config.SETTINGS.project_root / "runs"
+    monkeypatch.setenv("GRPO_RUNS_ROOT", str(tmp_path / "elsewhere"))
+    assert config._read_settings().runs_dir == tmp_path / "elsewhere"
+
+
+def test_this_session_writes_no_run_into_the_project(session_runs_dir):
+    """tests/conftest.py moved every default run folder to a temporary one."""
+    from grpo_helpers.config import SETTINGS
+    from grpo_helpers.local.engine import default_run_dir
+
+    project_runs = SETTINGS.project_root / "runs"
+    assert SETTINGS.runs_dir == session_runs_dir.resolve()
+    for path in (SETTINGS.runs_root, default_run_dir()):
+        assert not path.is_relative_to(project_runs), path
+        assert path.is_relative_to(session_runs_dir.resolve()), path

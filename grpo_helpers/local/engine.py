@@ -82,7 +82,7 @@ _CONTEXT = {SMOLLM2: 8192, TINY_RANDOM: 2048}
 
 def default_run_dir() -> Path:
     """Where checkpoints go when ``connect("local")`` gets no ``run_dir``."""
-    return SETTINGS.project_root / "runs" / "local-engine"
+    return SETTINGS.runs_dir / "local-engine"
 
 
 def _canonical(base_model: str) -> str:
