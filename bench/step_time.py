@@ -56,11 +56,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument(
-        "--quick", action="store_true", help="tiny-random, 1 repeat: a smoke run"
+        "--quick",
+        action="store_true",
+        help="tiny-random, 1 prompt x 4 completions of <= 8 tokens, 1 repeat: a "
+        "smoke run of a few seconds (the test suite runs it)",
     )
     args = p.parse_args(argv)
     if args.quick:
-        args.model, args.repeats, args.max_tokens = "tiny-random", 1, 16
+        args.model, args.repeats, args.max_tokens = "tiny-random", 1, 8
+        args.prompts, args.group_size = 1, 4
     return args
 
 
