@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from grpo_helpers import training
 from grpo_helpers.cli import main as cli_main
@@ -295,76 +296,112 @@ def test_cli_reports_bad_input_without_traceback(capsys):
     assert "Traceback" not in err
 
 
+RESUME_FLAGS = [
+    "--base-model",
+    "tiny-random",
+    "--backend",
+    "local",
+    "--dataset",
+    "arithmetic",
+    "--steps",
+    "4",
+    "--batch-size",
+    "2",
+    "--group-size",
+    "2",
+    "--max-tokens",
+    "6",
+    "--lora-rank",
+    "4",
+    "--learning-rate",
+    "1e-2",  # large enough that Adam's state matters after a resume
+    "--reward",
+    "shaped",
+    "--seed",
+    "3",
+    "--save-every",
+    "1",
+]
+#: The self-killing subprocess: an uninterrupted run first (the reference), then
+#: the same run that SIGKILLs itself from its step callback right after step 1's
+#: metrics line is written and before step 1's checkpoint: the resumed run must
+#: drop that line and redo step 1. No clocks, no polling.
+KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from grpo_helpers import cli, training
+
+    flags, mode, reference, killed = sys.argv[1:-3], *sys.argv[-3:]
+
+    def config(run_dir):
+        parser = cli.build_parser()
+        return cli.config_from_args(
+            parser.parse_args(["train", *flags, "--run-dir", run_dir])
+        )
+
+    training.train(config(reference), mode, progress=False)
+
+    def kill_after_two_steps(metrics):
+        if len(metrics) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    training.train(config(killed), mode, progress=False, on_step=kill_after_two_steps)
+    """
+)
+TIMING = ("seconds_sampling", "seconds_training", "seconds_total")
+
+
+def final_lora(run_dir: Path) -> dict:
+    weights = json.loads((run_dir / "weights.json").read_text())["path"]
+    return checkpoints.load_checkpoint(weights)[1]
+
+
 @pytest.mark.slow
-def test_resume_after_sigkill_gives_contiguous_metrics(tmp_path):
-    run_dir = tmp_path / "run"
-    args = [
-        sys.executable,
-        "-m",
-        "grpo_helpers",
-        "train",
-        "--mode",
-        "sync",
-        "--base-model",
-        "tiny-random",
-        "--backend",
-        "local",
-        "--dataset",
-        "arithmetic",
-        "--steps",
-        "5",
-        "--batch-size",
-        "2",
-        "--group-size",
-        "2",
-        "--max-tokens",
-        "6",
-        "--lora-rank",
-        "4",
-        "--reward",
-        "shaped",
-        "--run-dir",
-        str(run_dir),
-        "--save-every",
-        "1",
-    ]
-    # The first run kills itself with SIGKILL from the step callback, right after
-    # step 1's metrics line is written and before step 1's checkpoint: the resumed
-    # run must drop that line and redo step 1. No clocks, no polling.
-    killer = textwrap.dedent(
-        f"""
-        import os, signal
-        from grpo_helpers import cli, training
-
-        args = cli.build_parser().parse_args({args[3:]!r})
-        config = cli.config_from_args(args)
-
-        def kill_after_two_steps(metrics):
-            if len(metrics) == 2:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        training.train_sync(config, progress=False, on_step=kill_after_two_steps)
-        """
-    )
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_resume_after_sigkill_is_the_same_training(tmp_path, mode):
+    """SIGKILL mid-run, then ``--resume``: the final LoRA tensors, the metrics and
+    the samples equal those of an uninterrupted run with the same seed."""
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    killed = subprocess.run(
-        [sys.executable, "-c", killer], env=env, capture_output=True, text=True
+    run = subprocess.run(
+        [sys.executable, "-c", KILLER, *RESUME_FLAGS, mode, reference, killed],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
-    assert checkpoint["step"] == 0
-    before = pd.read_json(run_dir / "metrics.jsonl", lines=True)
-    assert list(before["step"]) == [0, 1]
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    assert json.loads((killed / "checkpoint.json").read_text())["step"] == 0
+    assert list(training.load_metrics(killed)["step"]) == [0, 1]
+    assert not (killed / "weights.json").exists()
     done = subprocess.run(
-        [*args, "--resume"], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "grpo_helpers", "train", *RESUME_FLAGS]
+        + ["--mode", mode, "--run-dir", str(killed), "--resume"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    after = training.load_metrics(run_dir)
-    assert list(after["step"]) == [0, 1, 2, 3, 4]
-    samples = training.load_samples(run_dir)
-    assert sorted(samples["step"].unique()) == [0, 1, 2, 3, 4]
-    assert (samples.groupby("step").size() == 4).all()
-    assert list(after["cum_sampled_tokens"]) == list(after["sampled_tokens"].cumsum())
+    assert "Resuming" in done.stdout + done.stderr
+    # the same metrics, step by step (timings aside)
+    want = training.load_metrics(reference).drop(columns=list(TIMING))
+    got = training.load_metrics(killed).drop(columns=list(TIMING))
+    assert list(got["step"]) == [0, 1, 2, 3]
+    assert list(got.columns) == list(want.columns)
+    assert got["updated"].any(), "no step trained: the comparison would be empty"
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-5, atol=1e-6)
+    # the same completions
+    pd.testing.assert_frame_equal(
+        training.load_samples(killed), training.load_samples(reference)
+    )
+    # the same final adapter
+    a, b = final_lora(reference), final_lora(killed)
+    assert a.keys() == b.keys() and a
+    assert any(float(t.abs().max()) > 0 for k, t in a.items() if "lora_B" in k)
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
 @pytest.mark.parametrize("fast", [False, True])
