@@ -227,8 +227,11 @@ def test_resume_with_a_different_config_is_refused(tmp_path, service):
 def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
     tmp_path, capsys, monkeypatch
 ):
+    """The demo scripts' flags, SwanLab on: no file of the run (SwanLab's log of
+    the run's metadata included) holds the API key from the environment."""
     secret = "sk-test-secret-0123456789"
     monkeypatch.setenv("PYTRIO_API_KEY", secret)
+    monkeypatch.chdir(tmp_path)  # SwanLab writes nothing outside the run directory
     run_dir = tmp_path / "run"
     code = cli_main(
         [
@@ -269,7 +272,7 @@ def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
             "shaped",
             "--weights-name",
             "cli-test",
-            "--no-swanlab",
+            "--swanlab",
             "--run-dir",
             str(run_dir),
             "--save-every",
@@ -283,9 +286,53 @@ def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["top_p"] == 0.95 and saved["limit"] == 50 and saved["seed"] == 7
     assert secret not in out
-    for path in run_dir.rglob("*"):
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any("swanlog" in p.parts for p in files)  # a third party's files too
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), path
+
+
+def closed_port() -> int:
+    """A port on this machine where nothing listens (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_cli_train_on_pytrio_fails_without_showing_or_writing_the_key(tmp_path):
+    """The one backend that reads PYTRIO_API_KEY, with no server to answer (a
+    closed local port): a clear error, exit 2, and the key neither printed nor
+    written anywhere."""
+    secret = "sk-test-secret-9876543210"
+    run_dir = tmp_path / "run"
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HOME": str(tmp_path / "home"),  # no saved `trio login` profile
+        "PYTRIO_API_KEY": secret,
+        "PYTRIO_BASE_URL": f"http://127.0.0.1:{closed_port()}",
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_helpers", "train", "--backend", "pytrio"]
+        + ["--dataset", "arithmetic", "--steps", "1", "--run-dir", str(run_dir)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,  # a guard against a hang: connect() retries for 10 s
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-2000:]
+    assert "error:" in done.stderr and "trio login" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert secret not in output
+    for path in tmp_path.rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+    assert not (run_dir / "config.json").exists()
 
 
 def test_cli_reports_bad_input_without_traceback(capsys):
