@@ -22,6 +22,22 @@ from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 from grpo_helpers.local import checkpoints
 
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a Python subprocess that runs this checkout's package
+    (an editable install may point elsewhere when the subprocess starts in another
+    folder), on one thread."""
+    path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, path)),
+        **extra,
+    }
+
+
 TINY = dict(
     base_model="tiny-random",
     dataset="arithmetic",
@@ -308,13 +324,11 @@ def test_cli_train_on_pytrio_fails_without_showing_or_writing_the_key(tmp_path):
     written anywhere."""
     secret = "sk-test-secret-9876543210"
     run_dir = tmp_path / "run"
-    env = {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "HOME": str(tmp_path / "home"),  # no saved `trio login` profile
-        "PYTRIO_API_KEY": secret,
-        "PYTRIO_BASE_URL": f"http://127.0.0.1:{closed_port()}",
-    }
+    env = subprocess_env(
+        HOME=str(tmp_path / "home"),  # no saved `trio login` profile
+        PYTRIO_API_KEY=secret,
+        PYTRIO_BASE_URL=f"http://127.0.0.1:{closed_port()}",
+    )
     done = subprocess.run(
         [sys.executable, "-m", "grpo_helpers", "train", "--backend", "pytrio"]
         + ["--dataset", "arithmetic", "--steps", "1", "--run-dir", str(run_dir)],
@@ -410,7 +424,7 @@ def test_resume_after_sigkill_is_the_same_training(tmp_path, mode):
     """SIGKILL mid-run, then ``--resume``: the final LoRA tensors, the metrics and
     the samples equal those of an uninterrupted run with the same seed."""
     reference, killed = tmp_path / "reference", tmp_path / "killed"
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = subprocess_env()
     run = subprocess.run(
         [sys.executable, "-c", KILLER, *RESUME_FLAGS, mode, reference, killed],
         env=env,
