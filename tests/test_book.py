@@ -29,14 +29,17 @@ PLOTTING = (
 )
 
 #: Imported by every Python process the site build starts (it is put first on
-#: PYTHONPATH): a connection to anything but this machine, or a name lookup of
-#: another host, is written down and refused, before a packet leaves.
+#: PYTHONPATH): a connection to anything but this machine, a name lookup of
+#: another host, or a connection to the proxy the environment names (a closed
+#: port: what a client that honours proxies tries), is written down and refused,
+#: before a packet leaves.
 NO_NETWORK = textwrap.dedent(
     """
     import os
     import socket
 
     _LOG = os.environ["GRPO_TEST_NETWORK_LOG"]
+    _PROXY_PORT = int(os.environ["GRPO_TEST_PROXY_PORT"])
     _LOCAL = ("localhost", "::1", "", None)
 
 
@@ -46,6 +49,8 @@ NO_NETWORK = textwrap.dedent(
         host = address[0]
         if isinstance(host, bytes):
             host = host.decode()
+        if len(address) > 1 and address[1] == _PROXY_PORT:
+            return False  # through the proxy: to another machine
         return host in _LOCAL or str(host).startswith("127.")
 
 
@@ -94,13 +99,15 @@ def closed_port() -> int:
 def offline_env(guard_dir: Path, log: Path) -> dict[str, str]:
     """Environment variables that refuse the network to the processes started."""
     (guard_dir / "sitecustomize.py").write_text(NO_NETWORK)
-    proxy = f"http://127.0.0.1:{closed_port()}"
+    port = closed_port()
+    proxy = f"http://127.0.0.1:{port}"
     env = {name: proxy for name in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY")}
     env |= {name.lower(): proxy for name in env}
     env["NO_PROXY"] = env["no_proxy"] = ""
     pythonpath = [str(guard_dir), os.environ.get("PYTHONPATH", "")]
     env["PYTHONPATH"] = os.pathsep.join(filter(None, pythonpath))
     env["GRPO_TEST_NETWORK_LOG"] = str(log)
+    env["GRPO_TEST_PROXY_PORT"] = str(port)
     return env
 
 
