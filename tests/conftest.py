@@ -4,7 +4,9 @@ Isolation. Before anything imports ``grpo_helpers`` (whose settings are read onc
 at import), this file points ``GRPO_RUNS_ROOT`` at a temporary folder of this test
 session (of each xdist worker): every run a test, a notebook or the local engine
 writes without an explicit directory lands there, never in the project's ``runs/``,
-and the folder is removed when the session ends.
+and the folder is removed when the session ends. It also puts this checkout first
+on ``PYTHONPATH``, so that a subprocess started in another folder does not import
+another checkout's package through an editable install.
 
 Notebooks. ``notebook_runs`` executes each notebook once per session and hands the
 executed copies to every test that needs them (``tests/notebook_runs.py``).
@@ -32,6 +34,12 @@ assert "grpo_helpers.config" not in sys.modules, (
 )
 _RUNS = Path(tempfile.mkdtemp(prefix="grpo-test-runs-"))
 os.environ["GRPO_RUNS_ROOT"] = str(_RUNS)
+# Every process a test starts (CLI runs, notebook kernels, nbgrader, the site
+# build) imports this checkout's package, wherever an editable install points.
+_ROOT = Path(__file__).resolve().parent.parent
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    filter(None, [str(_ROOT), os.environ.get("PYTHONPATH", "")])
+)
 
 from notebook_runs import NotebookRuns  # noqa: E402
 
