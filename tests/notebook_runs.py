@@ -5,7 +5,8 @@ every test that needs its outputs reads the same executed copy:
 
 * ``test_notebooks_executed``: it ran top to bottom without an error (what nbmake
   checked), its stubs made the self-checks print "not yet" with hints that never
-  show the answer, and the solutions make them print "ok";
+  show the answer, and the solutions make them print "ok" and pass the hidden
+  tests;
 * ``test_book``: the course site is built from these executed copies.
 
 How one notebook runs (:meth:`NotebookRuns.get`):
@@ -15,11 +16,13 @@ How one notebook runs (:meth:`NotebookRuns.get`):
    another's runs, whatever the order, under ``pytest-xdist`` too. Notebook 07
    evaluates a run that a fixture trained beforehand (:func:`make_source_run`),
    named by its ``source_run`` parameter: it never depends on notebook 05's run.
-2. After its last cell, cells added for the test paste in the solutions
-   (``notebooks/solutions/<stem>.py``) and run every self-check cell again (the
-   exercises close each notebook, so the state they check is the notebook's final
-   state). The plain run is the learner's (stubs, "not yet"); the added cells are
-   the solution run, in the same kernel, for the price of a few cells.
+2. After its last cell, cells added for the test run the teacher's version of each
+   exercise and check cell (``course.source_notebook``: the solution after the
+   stub, the grader's hidden tests after the learner's check). The exercises close
+   each notebook, so the state they check is the notebook's final state. The plain
+   run is the learner's (stubs, "not yet"); the added cells are the solution run,
+   in the same kernel, for the price of a few cells: a failing hidden test is an
+   error of the execution.
 3. The executed copy is saved without the added cells and labelled fast
    (``metadata.grpo``, as ``grpo series`` labels its copies), beside a JSON record
    of the outcome and the self-check lines.
@@ -88,19 +91,27 @@ def _printed(cells) -> list[str]:  # noqa: ANN001
 
 
 def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
-    """The notebook with the test's cells added at its end (and its parameter
-    override, for notebook 07)."""
+    """The notebook with the test's cells added at its end: the teacher's version
+    of each exercise cell (the stub, then the solution) and of each check cell
+    (the learner's check, then the grader's hidden tests), from
+    ``course.source_notebook``; and notebook 07's parameter override."""
     import nbformat
 
-    solutions = (NOTEBOOKS / "solutions" / f"{stem}.py").read_text()
-    added = [nbformat.v4.new_code_cell(f"exec({solutions!r})")]
-    added += [
+    from grpo_helpers import course
+
+    teacher = course.source_notebook(NOTEBOOKS / f"{stem}.ipynb")
+    added = [
         nbformat.v4.new_code_cell(cell.source)
-        for cell in nb.cells
-        if "self-check" in _tags(cell)
+        for cell in teacher.cells
+        if {"exercise", "self-check"} & set(_tags(cell))
     ]
-    for cell in added:
-        cell.metadata["tags"] = [ADDED_TAG]
+    for cell, original in zip(
+        added,
+        [c for c in teacher.cells if {"exercise", "self-check"} & set(_tags(c))],
+        strict=True,
+    ):
+        kind = "self-check" if "self-check" in _tags(original) else "exercise"
+        cell.metadata["tags"] = [ADDED_TAG, kind]
     override = PARAMETER_OVERRIDES.get(stem)
     if override:
         (parameters,) = [c for c in nb.cells if "parameters" in _tags(c)]
@@ -115,24 +126,14 @@ def make_source_run(runs_root: Path) -> Path:
     Trained in this process (tiny-random, 2 steps) under ``runs_root`` (the
     kernel's ``config.SETTINGS.runs_root``), in ``runs_root / SOURCE_RUN``.
     """
-    from grpo_helpers import training
+    from grpo_helpers import presets, training
     from grpo_helpers.config import GRPOConfig
     from grpo_helpers.engines import connect
 
     run_dir = runs_root / SOURCE_RUN
     config = GRPOConfig(
-        base_model="tiny-random",
+        **presets.notebook_run(fast=True),
         backend="local",
-        dataset="arithmetic",
-        difficulty=1,
-        steps=2,
-        batch_size=2,
-        group_size=4,
-        max_tokens=8,
-        lora_rank=16,
-        learning_rate=2e-4,
-        reward="shaped",
-        temperature=0.6,
         seed=0,
         weights_name=SOURCE_RUN,
         run_dir=str(run_dir),
@@ -178,7 +179,9 @@ def execute(stem: str, out_dir: Path) -> Execution:
     except Exception as exc:  # noqa: BLE001 - recorded, and the test shows it
         error = f"{type(exc).__name__}: {exc}"[-6000:]
     seconds = time.perf_counter() - started
-    added = [c for c in nb.cells if ADDED_TAG in _tags(c)]
+    added_checks = [
+        c for c in nb.cells if ADDED_TAG in _tags(c) and "self-check" in _tags(c)
+    ]
     nb.cells = [c for c in nb.cells if ADDED_TAG not in _tags(c)]
     own_checks = [c for c in nb.cells if "self-check" in _tags(c)]
     nb.metadata["grpo"] = {
@@ -196,7 +199,7 @@ def execute(stem: str, out_dir: Path) -> Execution:
         error=error,
         seconds=seconds,
         stub_checks=_printed(own_checks),
-        solution_checks=_printed(added[1:]),
+        solution_checks=_printed(added_checks),
         runs_dir=str(runs_dir),
     )
 
