@@ -38,9 +38,11 @@ lint: setup
 	$(PY) -m ruff format --check grpo_helpers tests notebooks bench
 	$(PY) -m nbstripout --verify notebooks/*.ipynb
 
+# Two pytest workers, one torch thread each: a notebook, a subprocess run or the site
+# build on one core while the unit tests go on on the other (tests/README.md).
 test: lint
-	GRPO_FAST=1 $(PY) -m pytest -p no:cacheprovider -q -rs --durations=15 \
-		--nbmake --nbmake-timeout=900 tests notebooks
+	OMP_NUM_THREADS=1 GRPO_FAST=1 $(PY) -m pytest -n 2 -p no:cacheprovider -q -rs \
+		--durations=30 tests
 
 strip: setup
 	$(PY) -m nbstripout notebooks/*.ipynb

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from grpo_helpers import evaluation, training  # noqa: E402
-from grpo_helpers.config import GRPOConfig  # noqa: E402
+from grpo_helpers.config import SETTINGS, GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
 
 
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     questions = split.select(range(args.n))
     samplers = {  # two services on one host: the same model in memory
         share: connect(
-            "local", run_dir=ROOT / "runs" / "eval-speed", shared_prefix=share
+            "local", run_dir=SETTINGS.runs_dir / "eval-speed", shared_prefix=share
         ).create_sampling_client(base_model=args.model)
         for share in (False, True)
     }

@@ -56,11 +56,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--lora-rank", type=int, default=16)
     p.add_argument(
-        "--quick", action="store_true", help="tiny-random, 1 repeat: a smoke run"
+        "--quick",
+        action="store_true",
+        help="tiny-random, 1 prompt x 4 completions of <= 8 tokens, 1 repeat: a "
+        "smoke run of a few seconds (the test suite runs it)",
     )
     args = p.parse_args(argv)
     if args.quick:
-        args.model, args.repeats, args.max_tokens = "tiny-random", 1, 16
+        args.model, args.repeats, args.max_tokens = "tiny-random", 1, 8
+        args.prompts, args.group_size = 1, 4
     return args
 
 
@@ -208,11 +212,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     import pytrio as trio
 
     from grpo_helpers import data, prompts, rewards, rollout, training
-    from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.config import SETTINGS, GRPOConfig
     from grpo_helpers.engines import connect
     from grpo_helpers.local import prefix
 
-    run_dir = ROOT / "runs" / "bench-step-time"
+    run_dir = SETTINGS.runs_dir / "bench-step-time"
     paths = {
         "old": connect(
             "local", run_dir=run_dir, shared_prefix=False, merged_sampler=False

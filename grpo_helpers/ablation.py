@@ -109,7 +109,7 @@ def variant_config(
         **VARIANTS[variant],
         seed=seed,
         weights_name=name,
-        run_dir=str((run_root or SETTINGS.project_root / "runs" / "ablation") / name),
+        run_dir=str((run_root or SETTINGS.runs_dir / "ablation") / name),
     )
 
 

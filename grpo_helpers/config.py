@@ -12,7 +12,9 @@ weights and tokenizers are cached (default ``~/.cache/grpo-notebooks``).
 
 The notebooks keep their runs under ``SETTINGS.runs_root``: ``runs/`` in the project,
 or ``runs/fast/`` in fast mode, so that a fast run (``make test``, a laptop in class)
-never overwrites the full-size run that notebook 07 evaluates.
+never overwrites the full-size run that notebook 07 evaluates. ``GRPO_RUNS_ROOT``
+moves that ``runs/`` folder elsewhere (the test suite points it at a temporary
+folder of its own, so that no test reads or deletes a run of the project).
 
 Introduced in: 01_gsm8k_dataset.ipynb
 """
@@ -40,12 +42,12 @@ class Settings:
     backend: str
     cache_dir: Path
     project_root: Path
+    runs_dir: Path  # GRPO_RUNS_ROOT, or runs/ in the project
 
     @property
     def runs_root(self) -> Path:
         """Where the notebooks' runs live: ``runs/``, or ``runs/fast/`` in fast mode."""
-        runs = self.project_root / "runs"
-        return runs / "fast" if self.fast else runs
+        return self.runs_dir / "fast" if self.fast else self.runs_dir
 
 
 def _seconds(text: str) -> float | None:
@@ -62,6 +64,7 @@ def _read_settings() -> Settings:
     root = Path(__file__).resolve().parent.parent
     default_cache = Path.home() / ".cache" / "grpo-notebooks"
     cache = os.environ.get("GRPO_CACHE_DIR") or str(default_cache)
+    runs = os.environ.get("GRPO_RUNS_ROOT", "").strip() or str(root / "runs")
     return Settings(
         fast=os.environ.get("GRPO_FAST", "").strip().lower() in _TRUE,
         strict_checks=os.environ.get("GRPO_STRICT_CHECKS", "").strip().lower() in _TRUE,
@@ -69,6 +72,7 @@ def _read_settings() -> Settings:
         backend=os.environ.get("GRPO_BACKEND", "local").strip().lower() or "local",
         cache_dir=Path(cache).expanduser(),
         project_root=root,
+        runs_dir=Path(runs).expanduser().resolve(),
     )
 
 

@@ -9,7 +9,9 @@ series with Jupyter Book 1 (Sphinx + MyST-NB), offline:
   (``build/notebooks/``) are used when present; otherwise the notebook is executed
   in fast mode here, and its page starts with a note saying so;
 * math is rendered by a MathJax copied from the ``jupyter-server-mathjax``
-  package, so the site loads nothing from the internet, at build time or when read.
+  package, so the site loads nothing from the internet, at build time or when read
+  (``tests/test_book.py`` builds it with the network refused and scans every file
+  of the built site for an address it would load).
 
 ``make student`` (``python -m grpo_helpers student``) writes the student edition
 with nbgrader: the notebooks without their solutions, each graded cell carrying
@@ -196,7 +198,12 @@ def book_sources(out: Path, executed_dir: Path = EXECUTED) -> dict[str, str]:
 
 
 def _copy_mathjax(target: Path) -> None:
-    """MathJax from the jupyter-server-mathjax package: math renders offline."""
+    """MathJax from the jupyter-server-mathjax package: math renders offline.
+
+    Its accessibility extensions (``extensions/a11y``) are left out: their speech
+    rule engine loads its rules and a polyfill from a CDN when a reader turns them
+    on in the math menu, and the site loads nothing from the internet.
+    """
     try:
         import jupyter_server_mathjax
     except ImportError:
@@ -205,7 +212,7 @@ def _copy_mathjax(target: Path) -> None:
             "(make setup installs it)."
         ) from None
     source = Path(jupyter_server_mathjax.__file__).parent / "static"
-    shutil.copytree(source, target)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("a11y"))
 
 
 def build_book(out: Path = BOOK, executed_dir: Path = EXECUTED) -> dict[str, Any]:

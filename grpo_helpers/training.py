@@ -433,6 +433,12 @@ class RunDirectory:
                 "or choose another run_dir / weights_name."
             )
         self.resuming = resume and self.config_path.exists()
+        if resume and not self.resuming and not overwrite:
+            raise FileNotFoundError(
+                f"Nothing to resume in {self.path}: it holds no run (no "
+                f"{self.config_path.name}). Check the run directory, or start the "
+                "run without resume=True (CLI: without --resume)."
+            )
         if self.resuming:
             self._check_same_config()
             checkpoint = (
@@ -559,12 +565,14 @@ class _Run:
         self.on_step = on_step
         self.started = time.perf_counter()
         self.reward_fn = get_reward_fn(config.reward)
+        # Reading the run directory writes nothing: a refused resume leaves it as
+        # it was (SwanLab, below, writes its log there).
+        self.run = RunDirectory(config, resume=resume, overwrite=overwrite)
         self.swanlab_run = _init_swanlab(config)
         self.train_data = load_split(config, "train")
         self.num_steps = get_num_steps(
             self.train_data, config.steps, config.batch_size, config.all_data
         )
-        self.run = RunDirectory(config, resume=resume, overwrite=overwrite)
         self.cumulative = self.run.cumulative()
         if service is None:
             from grpo_helpers.engines import connect
@@ -733,7 +741,9 @@ def train_sync(
         config: the run's settings (see ``GRPOConfig``).
         service: a ServiceClient (``engines.connect(...)``); None connects to
             ``config.backend``.
-        resume: continue the run in ``config.run_path`` from its last checkpoint.
+        resume: continue the run in ``config.run_path`` from its last checkpoint
+            (FileNotFoundError when it holds no run, unless ``overwrite``: then
+            a missing run starts afresh).
         overwrite: start again in a run directory that already holds a run.
         progress: print a progress bar and one line per step.
         on_step: called with the metrics DataFrame after every step (live plots).

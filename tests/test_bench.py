@@ -1,6 +1,6 @@
 """The benches stay out of the test suite, but must not rot: each runs once in its
-smoke mode on tiny-random (seconds). Their numbers are not checked here: timing
-claims come from the benches themselves, run on a quiet machine."""
+smoke mode on tiny-random (a few seconds each). Their numbers are not checked here:
+timing claims come from the benches themselves, run on a quiet machine."""
 
 from __future__ import annotations
 
@@ -31,10 +31,15 @@ def test_step_time_quick_runs_and_prints_its_result_line(capsys):
 
 
 def test_eval_speed_runs_both_paths_and_compares_them(capsys):
-    rows = load_bench("eval_speed").main(
-        ["--model", "tiny-random", "--n", "6", "--max-tokens", "4"]
-        + ["--concurrency", "2", "6"]
-    )
+    from grpo_helpers.local import counters
+
+    with counters.counting() as seen:
+        rows = load_bench("eval_speed").main(
+            ["--model", "tiny-random", "--n", "6", "--max-tokens", "4"]
+            + ["--concurrency", "2", "6"]
+        )
+    # both paths really ran: prompts sharing the few-shot start prefilled it once
+    assert seen["sampling_shared_prefills"] > 0 and seen["sampling_plain_prefills"] > 0
     out = capsys.readouterr().out
     assert "share_prefix" in out and "speed-up" in out
     assert [(r["concurrency"], r["share_prefix"]) for r in rows] == [

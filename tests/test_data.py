@@ -504,7 +504,11 @@ def test_package_exports_and_import_is_light() -> None:
     )
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run(
-        [sys.executable, "-c", code], cwd=root, capture_output=True, text=True
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a guard against a hang
     )
     assert result.returncode == 0, result.stderr
 

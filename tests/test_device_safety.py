@@ -23,6 +23,7 @@ import pytrio as trio
 import torch
 
 from grpo_helpers.engines import connect
+from grpo_helpers.local import counters
 from grpo_helpers.local.decoder import (
     HFDecoder,
     MergedLlamaDecoder,
@@ -198,10 +199,20 @@ def test_sampling_creates_no_tensor_off_the_model_device(tmp_path, merged):
     for r in (scored := _requests(scoring, merged)):
         r.prompt_only = True
     batches["shared-prefix scoring"] = scored
+    # the path each batch must take (the engine's counters say which ran)
+    paths = {
+        "padded": {"sampling_plain_prefills": 1},
+        "shared prefix": {"sampling_shared_prefills": 1},
+        "sampled at T=0.6, top-p": {"sampling_plain_prefills": 1},
+        "shared-prefix scoring": {
+            "scoring_shared_groups": 1,
+            "scoring_plain_prompts": 1,
+        },
+    }
     with host.using(snapshot, merged) as decoder:
         assert isinstance(decoder, MergedLlamaDecoder if merged else HFDecoder)
         for name, requests in batches.items():
-            with torch.device("meta"):
+            with counters.counting() as seen, torch.device("meta"):
                 out = generate(
                     decoder,
                     host.tokenizer,
@@ -210,6 +221,7 @@ def test_sampling_creates_no_tensor_off_the_model_device(tmp_path, merged):
                     host.pad_token_id,
                 )
             assert len(out) == len(requests), name
+            assert {k: v for k, v in seen.items() if v} == paths[name], name
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -233,8 +245,10 @@ def test_training_creates_no_tensor_off_the_model_device(tmp_path, shared):
             )
         )
     job = tc._prepare(data, "ppo", None, False)
-    with torch.device("meta"):
+    with counters.counting() as seen, torch.device("meta"):
         out = tc._run_forward(job, backward=True)
+    assert seen["training_shared_groups"] == (1 if shared else 0), seen
+    assert seen["training_plain_batches"] == (0 if shared else 1), seen
     assert np.isfinite(out.metrics["loss_sum"])
     grads = [p.grad for p in tc._host.parameters(tc._adapter).values()]
     assert any(g is not None and g.device.type == "cpu" for g in grads)

@@ -3,6 +3,9 @@
 * Shared-prefix training (``shared_prefix=True``) against the plain path, which runs
   every Datum on its own: logprobs, ``loss_sum``, ``token_count``, gradients and the
   weights after one ``optim_step``, for every loss, with and without backward.
+  The path is chosen by a cost estimate, so every comparison also checks, with the
+  engine's counters (``grpo_helpers.local.counters``), that the shared path ran on
+  one side and only the plain path on the other.
 * The merged-weights sampler (``merged_sampler=True``) against teacher forcing on
   the unmerged adapter, and snapshot isolation.
 * PyTRIO fidelity: checkpoint names scoped per training client; custom-loss errors
@@ -20,7 +23,7 @@ import torch
 
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.engines import connect
-from grpo_helpers.local import prefix
+from grpo_helpers.local import counters, prefix
 from grpo_helpers.local.decoder import MergedLlamaDecoder
 
 MODEL = "tiny-random"
@@ -96,18 +99,30 @@ def grpo_batch(layout, seed=0, prompts=2, group=4):
 
 
 def run_both(tmp_path, data, loss, backward=True, auto_shift=False, **options):
-    """(output, grads, weights after one step) for the plain and the shared path."""
+    """(output, grads, weights after one step) for the plain and the shared path.
+
+    Also checks which path ran: the plain engine never shares a prefix, and the
+    shared engine trains at least one group on a prefix computed once (otherwise
+    the comparison would be the plain path against itself). ``run_both.seen``
+    keeps the counters of the shared side for tests that need more."""
     results = []
     for shared in (False, True):
         svc = engine(tmp_path, shared_prefix=shared, **options)
         tc = perturbed_client(svc)
-        if backward:
-            out = tc.forward_backward(data, loss, auto_shift=auto_shift).result()
-            grads = {k: p.grad.clone() for k, p in named(tc)}
-            tc.optim_step(ADAM).result()
+        with counters.counting() as seen:
+            if backward:
+                out = tc.forward_backward(data, loss, auto_shift=auto_shift).result()
+                grads = {k: p.grad.clone() for k, p in named(tc)}
+                tc.optim_step(ADAM).result()
+            else:
+                out = tc.forward(data, loss, auto_shift=auto_shift).result()
+                grads = {}
+        if shared:
+            assert seen["training_shared_groups"] >= 1, seen
+            run_both.seen = seen
         else:
-            out = tc.forward(data, loss, auto_shift=auto_shift).result()
-            grads = {}
+            assert seen["training_shared_groups"] == 0, seen
+            assert seen["training_plain_batches"] >= 1, seen
         weights = {k: p.detach().clone() for k, p in named(tc)}
         results.append((out, grads, weights))
     return results
@@ -253,6 +268,8 @@ def test_shared_prefix_in_small_micro_batches(tmp_path):
     plain, shared = run_both(
         tmp_path, data, "importance_sampling", train_tokens_per_batch=24
     )
+    assert run_both.seen["training_shared_groups"] == 1  # one prompt, shared
+    assert run_both.seen["training_shared_chunks"] > 1  # in several chunks
     assert_same(plain, shared)
 
 
@@ -476,7 +493,9 @@ def test_fast_paths_on_smollm2_with_series_datums(tmp_path):
             for i, sample in enumerate(group):
                 sample.advantage = (i - 1.5) / 2  # a learning signal in any case
             datums = [build_grpo_datum(prompt, s) for s in group]
-        out = tc.forward_backward(datums, "importance_sampling").result()
+        with counters.counting() as seen:
+            out = tc.forward_backward(datums, "importance_sampling").result()
+        assert seen["training_shared_groups"] == (1 if shared else 0), seen
         grads = {k: p.grad.clone() for k, p in named(tc)}
         tc.optim_step(ADAM).result()
         weights = {k: p.detach().clone() for k, p in named(tc)}
@@ -498,16 +517,23 @@ def test_scoring_prompts_that_share_a_prefix(tmp_path, merged):
     prompt = random_tokens(gen, 30)
     sequences = [prompt + random_tokens(gen, n) for n in (1, 5, 9)]
     sequences.append(random_tokens(gen, 12))  # shares nothing
-    alone = [
-        sampler.compute_logprobs(trio.ModelInput.from_ints(s)).result()
-        for s in sequences
-    ]
-    scheduler = tc._host.scheduler
-    with scheduler.hold():  # all four in one batch: the shared path
-        futures = [
-            sampler.compute_logprobs(trio.ModelInput.from_ints(s)) for s in sequences
+    with counters.counting() as seen_alone:
+        alone = [
+            sampler.compute_logprobs(trio.ModelInput.from_ints(s)).result()
+            for s in sequences
         ]
-    together = [f.result() for f in futures]
+    assert seen_alone["scoring_shared_groups"] == 0
+    assert seen_alone["scoring_plain_prompts"] == len(sequences)
+    scheduler = tc._host.scheduler
+    with counters.counting() as seen:
+        with scheduler.hold():  # all four in one batch: the shared path
+            futures = [
+                sampler.compute_logprobs(trio.ModelInput.from_ints(s))
+                for s in sequences
+            ]
+        together = [f.result() for f in futures]
+    # the three that share the prompt ran it once; the fourth on its own
+    assert seen["scoring_shared_groups"] == 1 and seen["scoring_plain_prompts"] == 1
     for seq, a, b in zip(sequences, alone, together, strict=True):
         assert a[0] is None and b[0] is None and len(b) == len(seq)
         np.testing.assert_allclose(a[1:], b[1:], atol=1e-4)
@@ -518,18 +544,22 @@ def test_scoring_prompts_that_share_a_prefix(tmp_path, merged):
 # ------------------------------------------------------- shared prompt prefix, sampling
 
 
-def batched_samples(sampler, prompts, **kw):
+def batched_samples(sampler, prompts, shared, **kw):
     """Sample every prompt in one batch (scheduler.hold); (tokens, logprobs) per
-    completion, per prompt."""
+    completion, per prompt. ``shared``: whether that batch must prefill the
+    prompts' common start once (checked with the engine's counters)."""
     scheduler = sampler._host.scheduler
     params = trio.SamplingParams(max_tokens=10, seed=7, **kw)
     batches = scheduler.batches
-    with scheduler.hold():
-        futures = [
-            sampler.sample(trio.ModelInput.from_ints(p), 2, params) for p in prompts
-        ]
-    responses = [f.result() for f in futures]
+    with counters.counting() as seen:
+        with scheduler.hold():
+            futures = [
+                sampler.sample(trio.ModelInput.from_ints(p), 2, params) for p in prompts
+            ]
+        responses = [f.result() for f in futures]
     assert scheduler.batches == batches + 1  # one batch: the path under test
+    assert seen["sampling_shared_prefills"] == (1 if shared else 0), seen
+    assert seen["sampling_plain_prefills"] == (0 if shared else 1), seen
     return [[(s.tokens, s.logprobs) for s in r.sequences] for r in responses]
 
 
@@ -572,8 +602,8 @@ def test_sampling_with_a_shared_prefix_equals_the_plain_path(
     gen = torch.Generator().manual_seed(3)
     head = random_tokens(gen, 30)
     prompts = [head + random_tokens(gen, n) for n in (1, 4, 9)]
-    plain = batched_samples(plain_sampler, prompts, temperature=temperature)
-    shared = batched_samples(sampler, prompts, temperature=temperature)
+    plain = batched_samples(plain_sampler, prompts, False, temperature=temperature)
+    shared = batched_samples(sampler, prompts, True, temperature=temperature)
     for prompt, a, b in zip(prompts, plain, shared, strict=True):
         for (ta, la), (tb, lb) in zip(a, b, strict=True):
             assert ta == tb

@@ -373,6 +373,7 @@ def test_the_script_divides_the_batch_among_processes(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(900)  # its subprocess may take 600 s; the default is 300
 def test_two_trl_steps_of_the_exported_script_on_the_cpu(tmp_path):
     """The exported script, as a user launches it, offline, on tiny-random."""
     config = GRPOConfig(**TINY)

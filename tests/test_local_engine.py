@@ -262,6 +262,37 @@ def test_ppo_clips_far_off_policy_tokens(svc, tok):
     )
 
 
+@pytest.mark.parametrize(
+    ("shift", "advantage", "clipped"),
+    [
+        (-1.0, 1.0, True),  # ratio e > 1.2, A > 0: the upper clip stops it
+        (1.0, -1.0, True),  # ratio 1/e < 0.8, A < 0: the lower clip stops it
+        (1.0, 1.0, False),  # ratio 1/e, A > 0: min() keeps the unclipped term
+        (-1.0, -1.0, False),  # ratio e, A < 0: likewise
+    ],
+    ids=["upper", "lower", "low-ratio-positive-A", "high-ratio-negative-A"],
+)
+def test_ppo_clips_on_both_sides_and_only_where_it_should(
+    svc, tok, shift, advantage, clipped
+):
+    """PPO's pessimistic min: a token whose ratio left [0.8, 1.2] in the direction
+    its advantage pushes gets no gradient; in the other direction it keeps it."""
+    prompt, seq = sample_one(
+        new_client(svc).save_weights_and_get_sampling_client(), tok
+    )
+    old = seq.model_copy(update={"logprobs": [lp + shift for lp in seq.logprobs]})
+    datum = grpo_datum(prompt, old, advantage)
+    tc = new_client(svc)
+    out = tc.forward_backward([datum], "ppo").result()
+    largest = max(float(p.grad.abs().max()) for p in tc._params)
+    assert (largest == 0.0) == clipped, largest
+    ratio = math.exp(-shift)  # learner logprob - (sampler logprob + shift)
+    bound = 1.2 if ratio > 1 else 0.8
+    kept = bound if clipped else ratio
+    n = len(seq.tokens)
+    assert out.metrics["loss_sum"] == pytest.approx(-kept * advantage * n, rel=1e-3)
+
+
 def test_forward_backward_custom_matches_builtin(svc, tok):
     prompt, seq = sample_one(
         new_client(svc).save_weights_and_get_sampling_client(), tok

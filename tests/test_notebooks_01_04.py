@@ -1,4 +1,5 @@
-"""Tests of notebooks 01-04 without running them end to end (nbmake does that).
+"""Tests of notebooks 01-04 without running them end to end (test_notebooks_executed
+does that, once per session).
 
 Three kinds of checks:
 
@@ -187,7 +188,7 @@ def test_stripped_explicit_and_complete(stem: str) -> None:
 
 @pytest.mark.parametrize("stem", STEMS)
 def test_solutions_pass_the_notebook_self_checks(stem: str, monkeypatch) -> None:
-    # Strict, as under nbmake with the solutions: a failing check raises.
+    # Strict, as under grading: a failing check raises.
     monkeypatch.setattr(checks, "SETTINGS", replace(SETTINGS, strict_checks=True))
     solution = load_solution(stem)
     answers = {name: getattr(solution, name) for name in EXERCISE_NAMES[stem]}

@@ -9,20 +9,19 @@ Three groups of tests:
   an update moving probability towards positive advantages, the same draws sync and
   async (notebook 06);
 * the notebooks themselves: the house opening, one ``parameters`` cell, the PyTRIO
-  preset, stripped outputs, and (the teacher's version executed in fast mode:
-  the solutions in the exercise cells, the grader's hidden tests in the check
-  cells) every self-check printing ``ok`` and every hidden test passing.
+  preset, stripped outputs. Their execution (every self-check printing "not yet"
+  with the stubs, and, with the teacher's exercise and check cells run at the end
+  of the same execution, "ok" and every hidden test passing) is checked on the one
+  execution per session of ``tests/test_notebooks_executed.py``.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
-import dataclasses
 import importlib.util
 import itertools
 import math
-import shutil
 from pathlib import Path
 
 import nbformat
@@ -34,7 +33,6 @@ import pytrio as trio
 from grpo_helpers import (
     advantages,
     checks,
-    course,
     datum,
     evaluation,
     prompts,
@@ -42,7 +40,7 @@ from grpo_helpers import (
     rollout,
     training,
 )
-from grpo_helpers.config import SETTINGS, GRPOConfig
+from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -599,59 +597,6 @@ def test_notebook_is_stripped_and_names_its_solutions(key):
     for cell in exercises:
         function = ast.parse(cell.source).body[0]
         assert hasattr(solution, function.name), function.name
-
-
-def _with_solutions(key: str, overrides: str) -> nbformat.NotebookNode:
-    """The teacher's version of the notebook (nbgrader's source version): each
-    exercise cell holds the stub, then the solution; each check cell the learner's
-    check, then the hidden tests that grading runs."""
-    nb = course.source_notebook(ROOT / "notebooks" / f"{NOTEBOOKS[key][0]}.ipynb")
-    for cell in nb.cells:
-        if "parameters" in cell.metadata.get("tags", []):
-            cell.source += "\n" + overrides
-    return nb
-
-
-@pytest.mark.notebook
-@pytest.mark.parametrize(
-    ("key", "overrides", "runs"),
-    [
-        ("05", 'run_name = "pytest-nb05"', ["pytest-nb05"]),
-        ("06", 'run_name = "pytest-nb06"', ["pytest-nb06"]),
-        (
-            "07",
-            'source_run = "pytest-none"\nrun_name = "pytest-nb07"',
-            ["pytest-nb07"],
-        ),
-        ("08", "", ["nb08-rerun"]),
-    ],
-)
-def test_notebook_self_checks_accept_the_solutions(key, overrides, runs, monkeypatch):
-    """Fast mode, the teacher's version (solutions in the exercise cells, hidden
-    tests in the check cells): every check says ok and no hidden test fails."""
-    from nbclient import NotebookClient
-
-    monkeypatch.setenv("GRPO_FAST", "1")  # the kernel inherits it
-    monkeypatch.setenv("GRPO_STRICT_CHECKS", "1")  # a failing check raises
-    nb = _with_solutions(key, overrides)
-    try:
-        NotebookClient(
-            nb, timeout=600, resources={"metadata": {"path": str(ROOT / "notebooks")}}
-        ).execute()
-    finally:
-        # the kernel runs in fast mode: its runs live under the fast runs root
-        fast_runs = dataclasses.replace(SETTINGS, fast=True).runs_root
-        for name in runs:
-            shutil.rmtree(fast_runs / name, ignore_errors=True)
-    printed = "".join(
-        output.get("text", "")
-        for cell in nb.cells
-        if "self-check" in cell.metadata.get("tags", [])
-        for output in cell.get("outputs", [])
-    )
-    checks = [line for line in printed.splitlines() if line.startswith("exercise")]
-    assert checks, printed
-    assert all(line.endswith(": ok") for line in checks), printed
 
 
 def test_self_check_compares_ragged_lists_element_by_element():

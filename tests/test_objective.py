@@ -1,5 +1,12 @@
 """The full GRPO objective's knobs: length normalisation, the KL penalty, mu > 1
-updates with the clipped ratio, and the defaults that reproduce the demo loop."""
+updates with the clipped ratio, and the defaults that reproduce the demo loop.
+
+The first half checks the pure functions by hand. The second half runs the sync and
+the async loop on tiny-random behind a spy (``tests/spies.py``) and checks what the
+*engine received*: the ``loss_fn``, the ``loss_fn_config``, how many updates per
+batch, and every Datum's advantages, recomputed here from the run's samples (and,
+for the KL penalty, from the base model's own logprobs) rather than taken from the
+loop's bookkeeping."""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import math
 import numpy as np
 import pytest
 import pytrio as trio
+from spies import EngineSpy
 
 from grpo_helpers import advantages, training
 from grpo_helpers.config import GRPOConfig
@@ -161,20 +169,141 @@ TINY = dict(
     reward="shaped",
     save_every=0,
 )
+MODES = ["sync", "async"]
 
 
-def test_defaults_report_ratio_one_and_no_kl(tmp_path):
+@pytest.fixture
+def service(tmp_path):
+    return connect("local", run_dir=tmp_path / "engine")
+
+
+def train_with_spy(config, mode, service):
+    """(metrics, spy, per-step Datum expectations) of a run behind an EngineSpy."""
+    spy = EngineSpy(service)
+    result = training.train(config, mode, service=spy, progress=False)
+    return result.metrics, spy
+
+
+def trained_completions(run_dir, step):
+    """Per non-degenerate group of ``step``, in the loop's order: (lengths,
+    advantages) of its completions, read from samples.jsonl."""
+    samples = training.load_samples(run_dir)
+    rows = samples[samples["step"] == step]
+    groups = []
+    for _, group in rows.groupby("question_index", sort=False):
+        group = group.sort_values("sample_index")
+        if len(set(group["reward"])) > 1:  # degenerate groups send nothing
+            groups.append(
+                (list(group["num_tokens"]), [float(a) for a in group["advantage"]])
+            )
+    return groups
+
+
+def updates_by_step(metrics, spy, mu):
+    """{step: its mu [forward_backward, optim_step] pairs}, for updated steps."""
+    updates = spy.updates()
+    steps = list(metrics.loc[metrics["updated"], "step"])
+    assert len(updates) == mu * len(steps), (len(updates), steps)
+    return {s: updates[i * mu : (i + 1) * mu] for i, s in enumerate(steps)}
+
+
+def split_advantages(datum, length):
+    """(prompt part, completion part) of a Datum's per-token advantages."""
+    adv = datum.loss_fn_inputs["advantages"].tolist()
+    return adv[:-length], adv[-length:]
+
+
+def by_hand_scales(lengths, normalization, max_tokens):
+    if normalization == "token_sum":
+        return [1.0] * len(lengths)
+    if normalization == "sequence_mean":
+        return [1 / n for n in lengths]
+    if normalization == "token_mean":
+        return [1 / sum(lengths)] * len(lengths)
+    assert normalization == "constant"
+    return [1 / max_tokens] * len(lengths)
+
+
+def assert_datums_carry(datums, groups, normalization, max_tokens, kl=None):
+    """Each Datum's advantages are its completion's advantage times its length
+    scale (plus the KL change per token), and 0 on the prompt."""
+    expected = [
+        [a * s] * n
+        for lengths, advs in groups
+        for n, a, s in zip(
+            lengths,
+            advs,
+            by_hand_scales(lengths, normalization, max_tokens),
+            strict=True,
+        )
+    ]
+    assert len(datums) == len(expected)
+    for i, (datum, want) in enumerate(zip(datums, expected, strict=True)):
+        if kl is not None:
+            want = [w + c for w, c in zip(want, kl[i], strict=True)]
+        prompt, completion = split_advantages(datum, len(want))
+        assert prompt == [0.0] * len(prompt)
+        assert completion == pytest.approx(want, abs=1e-6), i
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_defaults_send_importance_sampling_and_the_plain_advantages(
+    tmp_path, service, mode
+):
     config = GRPOConfig(**TINY, run_dir=str(tmp_path / "run"))
-    metrics = training.train_sync(config, progress=False).metrics
+    metrics, spy = train_with_spy(config, mode, service)
+    per_step = updates_by_step(metrics, spy, mu=1)
+    assert per_step, "no step had a group with different rewards"
+    for step, [(fb, _optim)] in per_step.items():
+        assert (fb.loss_fn, fb.loss_fn_config) == ("importance_sampling", None)
+        groups = trained_completions(config.run_path, step)
+        assert_datums_carry(fb.datums, groups, "token_sum", config.max_tokens)
     updated = metrics[metrics["updated"]]
-    assert len(updated) > 0
     assert np.allclose(updated["ratio_mean"], 1.0, atol=1e-3)
     assert (updated["clip_frac"] == 0).all() and (updated["updates"] == 1).all()
     assert metrics["kl_k1"].isna().all()
     assert (metrics["entropy"] > 0).all()
 
 
-def test_ppo_with_two_updates_clips_ratios_pushed_out_of_bounds(tmp_path):
+@pytest.mark.parametrize("normalization", ["sequence_mean", "token_mean", "constant"])
+@pytest.mark.parametrize("mode", MODES)
+def test_each_normalisation_scales_the_advantages_the_engine_receives(
+    tmp_path, service, mode, normalization
+):
+    config = GRPOConfig(
+        **{**TINY, "steps": 1},
+        normalization=normalization,
+        run_dir=str(tmp_path / "run"),
+    )
+    metrics, spy = train_with_spy(config, mode, service)
+    per_step = updates_by_step(metrics, spy, mu=1)
+    assert list(per_step) == [0], "step 0 must train for this test to mean anything"
+    [(fb, _)] = per_step[0]
+    assert (fb.loss_fn, fb.loss_fn_config) == ("importance_sampling", None)
+    groups = trained_completions(config.run_path, 0)
+    assert_datums_carry(fb.datums, groups, normalization, config.max_tokens)
+    # the scale really changed something: not the token-sum advantages
+    plain = [a for _, advs in groups for a in advs]
+    sent = [split_advantages(d, 1)[1][0] for d in fb.datums]
+    assert any(abs(s - a) > 1e-3 for s, a in zip(sent, plain, strict=True) if a)
+
+
+def ratios_and_advantages(fb):
+    """Per active token of an update: (learner/sampler ratio, advantage)."""
+    out = []
+    for datum, result in zip(fb.datums, fb.output().loss_fn_outputs, strict=True):
+        adv = np.asarray(datum.loss_fn_inputs["advantages"].tolist())
+        old = np.asarray(datum.loss_fn_inputs["logprobs"].tolist())
+        new = np.asarray(result["logprobs"].tolist())
+        active = adv != 0
+        out += list(zip(np.exp(new[active] - old[active]), adv[active], strict=True))
+    return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_ppo_with_two_updates_sends_its_clip_bounds_and_clips_both_sides(
+    tmp_path, service, mode
+):
     config = GRPOConfig(
         **TINY,
         loss_fn="ppo",
@@ -184,33 +313,91 @@ def test_ppo_with_two_updates_clips_ratios_pushed_out_of_bounds(tmp_path):
         clip_high=1.1,
         run_dir=str(tmp_path / "run"),
     )
-    assert config.loss_fn_config == {
-        "clip_low_threshold": 0.9,
-        "clip_high_threshold": 1.1,
-    }
-    metrics = training.train_sync(config, progress=False).metrics
-    updated = metrics[metrics["updated"]]
-    assert (updated["updates"] == 2).all()
-    # The first update is on-policy (ratio 1); the second sees the moved policy.
-    assert (updated["clip_frac"] > 0).any()
-    assert (np.abs(updated["ratio_mean"] - 1) > 1e-3).any()
+    metrics, spy = train_with_spy(config, mode, service)
+    per_step = updates_by_step(metrics, spy, mu=2)
+    assert per_step
+    above = below = 0
+    for step, [(first, _), (second, _)] in per_step.items():
+        for fb in (first, second):
+            assert fb.loss_fn == "ppo"
+            assert fb.loss_fn_config == {
+                "clip_low_threshold": 0.9,
+                "clip_high_threshold": 1.1,
+            }
+        # mu updates on one batch: the same Datums twice
+        assert [d.model_dump() for d in second.datums] == [
+            d.model_dump() for d in first.datums
+        ]
+        groups = trained_completions(config.run_path, step)
+        assert_datums_carry(first.datums, groups, "token_sum", config.max_tokens)
+        # the first update is on-policy; the second sees the moved policy
+        assert all(abs(r - 1) < 1e-3 for r, _ in ratios_and_advantages(first))
+        tokens = ratios_and_advantages(second)
+        above += sum(r > 1.1 and a > 0 for r, a in tokens)
+        below += sum(r < 0.9 and a < 0 for r, a in tokens)
+        clipped = sum((r > 1.1 and a > 0) or (r < 0.9 and a < 0) for r, a in tokens)
+        row = metrics[metrics["step"] == step].iloc[0]
+        all_tokens = len(ratios_and_advantages(first)) + len(tokens)
+        assert row["clip_frac"] == pytest.approx(clipped / all_tokens)
+        assert row["updates"] == 2
+    # both sides of the clip acted: A > 0 above clip_high, A < 0 below clip_low
+    assert above > 0 and below > 0, (above, below)
 
 
-def test_kl_to_the_base_model_starts_at_zero_and_then_grows(tmp_path):
-    service = connect("local", run_dir=tmp_path / "engine")
+def reference_logprobs(service, datums, lengths):
+    """The base model's logprobs of each Datum's completion tokens, asked here."""
+    base = service.create_sampling_client(base_model="tiny-random")
+    futures = [
+        base.compute_logprobs(
+            trio.ModelInput.from_ints(
+                d.model_input.to_ints()
+                + d.loss_fn_inputs["target_tokens"].tolist()[-1:]
+            )
+        )
+        for d in datums
+    ]
+    return [
+        [float(v) for v in future.result()[-n:]]
+        for future, n in zip(futures, lengths, strict=True)
+    ]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_kl_penalty_changes_the_advantages_the_engine_receives(tmp_path, service, mode):
+    kl_coef = 0.1
     config = GRPOConfig(
         **{**TINY, "steps": 3},
-        kl_coef=0.1,
+        kl_coef=kl_coef,
         learning_rate=3e-2,
         run_dir=str(tmp_path / "run"),
     )
     assert config.needs_reference
-    metrics = training.train_sync(config, service, progress=False).metrics
-    kl = metrics.dropna(subset=["kl_k1"])
-    assert len(kl) >= 2
+    metrics, spy = train_with_spy(config, mode, service)
+    per_step = updates_by_step(metrics, spy, mu=1)
+    assert 0 in per_step, "step 0 must train for this test to mean anything"
+    moved = {}
+    for step, [(fb, _)] in per_step.items():
+        assert (fb.loss_fn, fb.loss_fn_config) == ("importance_sampling", None)
+        groups = trained_completions(config.run_path, step)
+        lengths = [n for group_lengths, _ in groups for n in group_lengths]
+        diffs = []
+        references = reference_logprobs(service, fb.datums, lengths)
+        for datum, n, reference in zip(fb.datums, lengths, references, strict=True):
+            sampled = datum.loss_fn_inputs["logprobs"].tolist()[-n:]
+            diffs.append([s - r for s, r in zip(sampled, reference, strict=True)])
+        mean = float(np.mean([d for row in diffs for d in row]))
+        changes = [[kl_coef * (mean - d) for d in row] for row in diffs]
+        assert_datums_carry(fb.datums, groups, "token_sum", config.max_tokens, changes)
+        moved[step] = max(abs(c) for row in changes for c in row)
+        row = metrics[metrics["step"] == step].iloc[0]
+        assert row["kl_k1"] == pytest.approx(mean, abs=1e-5)
     # Step 0 samples from the untrained policy, which is the base model.
-    first = kl.iloc[0]
-    if first["step"] == 0:
-        assert abs(first["kl_k1"]) < 1e-3 and first["kl_k3"] < 1e-6
+    first = metrics[metrics["step"] == 0].iloc[0]
+    assert abs(first["kl_k1"]) < 1e-3 and first["kl_k3"] < 1e-6
+    assert moved[0] < 1e-4
+    # Later the policy has moved: the penalty changed the Datums it sent.
+    last = max(per_step)
+    assert last > 0 and moved[last] > 1e-4, moved
+    kl = metrics.dropna(subset=["kl_k1"])
     assert (kl["kl_k3"] >= 0).all()
-    assert kl["kl_k3"].iloc[-1] > 1e-4  # the policy moved away from the base
+    assert kl["kl_k3"].iloc[-1] > 1e-4

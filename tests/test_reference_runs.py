@@ -64,9 +64,12 @@ def test_the_shipped_run_is_notebook_05s_defaults():
         "difficulty",
     ):
         assert values[key] == preset[key], key
+    # the recorded run was made with every setting of the preset, max_tokens and
+    # temperature included
     settings = reference.load_run().meta["settings"]
-    for key in ("steps", "batch_size", "group_size", "learning_rate", "reward"):
-        assert settings[key] == preset[key], key
+    assert set(preset) <= set(settings), set(preset) - set(settings)
+    for key, value in preset.items():
+        assert settings[key] == value, key
 
 
 def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():

@@ -28,6 +28,11 @@ from grpo_helpers.rewards import (
     shaped_reward,
 )
 
+#: A megabyte of adversarial text takes well under a second in linear time; a
+#: regression to quadratic time (10^12 steps) would run for hours. This limit
+#: makes it fail instead, with room for two busy cores.
+ADVERSARIAL_SECONDS = 60
+
 
 def test_doctests_pass() -> None:
     result = doctest.testmod(rewards)
@@ -87,6 +92,7 @@ def test_demo_regex_breaks_on_nested_braces() -> None:
     assert extract_boxed_demo(r"\boxed{ 5 } and \boxed{6}") == "6"
 
 
+@pytest.mark.timeout(ADVERSARIAL_SECONDS)
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
@@ -103,6 +109,7 @@ def test_extract_boxed_on_adversarial_megabyte(text: str, expected: str | None) 
     assert extract_boxed(text) == expected
 
 
+@pytest.mark.timeout(ADVERSARIAL_SECONDS)
 def test_extract_boxed_deep_nesting_result() -> None:
     text = "\\boxed{" * 1000 + "x" + "}" * 1000
     assert extract_boxed(text) == "x"
@@ -377,6 +384,7 @@ def test_reward_registry() -> None:
         get_reward_fn("nope")
 
 
+@pytest.mark.timeout(ADVERSARIAL_SECONDS)
 @pytest.mark.parametrize(
     "text",
     [
@@ -397,6 +405,7 @@ def test_rewards_on_adversarial_megabyte(text: str) -> None:
     assert (extract_last_number(text) is None) == text.startswith("\\boxed{")
 
 
+@pytest.mark.timeout(ADVERSARIAL_SECONDS)
 def test_last_number_of_adversarial_megabytes() -> None:
     assert extract_last_number("9" * 1_000_000) == "9" * 1_000_000
     assert extract_last_number("-" * 500_000 + "1") == "-1"

@@ -5,12 +5,33 @@ from __future__ import annotations
 
 import builtins
 import math
+from pathlib import Path
 
 import pytest
 
 from grpo_helpers import tracking, training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
+
+
+def swanlab_start(log_dir: Path):
+    """The start record SwanLab wrote for the run: its project and experiment name
+    (``name``), read with SwanLab's own record reader."""
+    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+
+    (path,) = sorted(Path(log_dir).glob("run-*/run-*.swanlab"))
+    reader = DataStoreReader()
+    reader.open(path)
+    try:
+        for data in reader:
+            record = Record()
+            record.ParseFromString(data)
+            if record.WhichOneof("record_type") == "start":
+                return record.start
+    finally:
+        reader.close()
+    raise AssertionError(f"no start record in {path}")
 
 
 def test_a_run_logs_to_swanlab_offline_and_reads_back(tmp_path, monkeypatch):
@@ -44,6 +65,8 @@ def test_a_run_logs_to_swanlab_offline_and_reads_back(tmp_path, monkeypatch):
     # NaN metrics (no KL measured) are not sent; booleans become 0 / 1
     assert "kl_k1" not in logged.columns
     assert set(logged["updated"]) <= {0.0, 1.0}
+    start = swanlab_start(tmp_path / "run" / "swanlog")
+    assert (start.project, start.name) == ("trio-case", "grpo-gsm8k")
 
 
 def test_the_cli_flags_of_the_demo_scripts_reach_swanlab(tmp_path, monkeypatch):
@@ -79,6 +102,8 @@ def test_the_cli_flags_of_the_demo_scripts_reach_swanlab(tmp_path, monkeypatch):
     assert code == 0
     logged = tracking.read_swanlab(tmp_path / "run" / "swanlog")
     assert list(logged["step"]) == [0]
+    start = swanlab_start(tmp_path / "run" / "swanlog")
+    assert (start.project, start.name) == ("my-project", "my-run")
 
 
 def test_without_swanlab_the_error_says_what_to_do(monkeypatch):

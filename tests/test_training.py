@@ -14,12 +14,29 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
+import torch
 
 from grpo_helpers import training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 from grpo_helpers.local import checkpoints
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def subprocess_env(**extra: str) -> dict[str, str]:
+    """The environment of a Python subprocess that runs this checkout's package
+    (an editable install may point elsewhere when the subprocess starts in another
+    folder), on one thread."""
+    path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
+    return {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "PYTHONPATH": os.pathsep.join(filter(None, path)),
+        **extra,
+    }
+
 
 TINY = dict(
     base_model="tiny-random",
@@ -226,8 +243,11 @@ def test_resume_with_a_different_config_is_refused(tmp_path, service):
 def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
     tmp_path, capsys, monkeypatch
 ):
+    """The demo scripts' flags, SwanLab on: no file of the run (SwanLab's log of
+    the run's metadata included) holds the API key from the environment."""
     secret = "sk-test-secret-0123456789"
     monkeypatch.setenv("PYTRIO_API_KEY", secret)
+    monkeypatch.chdir(tmp_path)  # SwanLab writes nothing outside the run directory
     run_dir = tmp_path / "run"
     code = cli_main(
         [
@@ -268,7 +288,7 @@ def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
             "shaped",
             "--weights-name",
             "cli-test",
-            "--no-swanlab",
+            "--swanlab",
             "--run-dir",
             str(run_dir),
             "--save-every",
@@ -282,9 +302,51 @@ def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
     saved = json.loads((run_dir / "config.json").read_text())
     assert saved["top_p"] == 0.95 and saved["limit"] == 50 and saved["seed"] == 7
     assert secret not in out
-    for path in run_dir.rglob("*"):
+    files = [p for p in tmp_path.rglob("*") if p.is_file()]
+    assert any("swanlog" in p.parts for p in files)  # a third party's files too
+    for path in files:
+        assert secret.encode() not in path.read_bytes(), path
+
+
+def closed_port() -> int:
+    """A port on this machine where nothing listens (bound, then released)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_cli_train_on_pytrio_fails_without_showing_or_writing_the_key(tmp_path):
+    """The one backend that reads PYTRIO_API_KEY, with no server to answer (a
+    closed local port): a clear error, exit 2, and the key neither printed nor
+    written anywhere."""
+    secret = "sk-test-secret-9876543210"
+    run_dir = tmp_path / "run"
+    env = subprocess_env(
+        HOME=str(tmp_path / "home"),  # no saved `trio login` profile
+        PYTRIO_API_KEY=secret,
+        PYTRIO_BASE_URL=f"http://127.0.0.1:{closed_port()}",
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "grpo_helpers", "train", "--backend", "pytrio"]
+        + ["--dataset", "arithmetic", "--steps", "1", "--run-dir", str(run_dir)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,  # a guard against a hang: connect() retries for 10 s
+    )
+    output = done.stdout + done.stderr
+    assert done.returncode == 2, output[-2000:]
+    assert "error:" in done.stderr and "trio login" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert secret not in output
+    for path in tmp_path.rglob("*"):
         if path.is_file():
             assert secret.encode() not in path.read_bytes(), path
+    assert not (run_dir / "config.json").exists()
 
 
 def test_cli_reports_bad_input_without_traceback(capsys):
@@ -295,76 +357,112 @@ def test_cli_reports_bad_input_without_traceback(capsys):
     assert "Traceback" not in err
 
 
+RESUME_FLAGS = [
+    "--base-model",
+    "tiny-random",
+    "--backend",
+    "local",
+    "--dataset",
+    "arithmetic",
+    "--steps",
+    "4",
+    "--batch-size",
+    "2",
+    "--group-size",
+    "2",
+    "--max-tokens",
+    "6",
+    "--lora-rank",
+    "4",
+    "--learning-rate",
+    "1e-2",  # large enough that Adam's state matters after a resume
+    "--reward",
+    "shaped",
+    "--seed",
+    "3",
+    "--save-every",
+    "1",
+]
+#: The self-killing subprocess: an uninterrupted run first (the reference), then
+#: the same run that SIGKILLs itself from its step callback right after step 1's
+#: metrics line is written and before step 1's checkpoint: the resumed run must
+#: drop that line and redo step 1. No clocks, no polling.
+KILLER = textwrap.dedent(
+    """
+    import os, signal, sys
+    from grpo_helpers import cli, training
+
+    flags, mode, reference, killed = sys.argv[1:-3], *sys.argv[-3:]
+
+    def config(run_dir):
+        parser = cli.build_parser()
+        return cli.config_from_args(
+            parser.parse_args(["train", *flags, "--run-dir", run_dir])
+        )
+
+    training.train(config(reference), mode, progress=False)
+
+    def kill_after_two_steps(metrics):
+        if len(metrics) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    training.train(config(killed), mode, progress=False, on_step=kill_after_two_steps)
+    """
+)
+TIMING = ("seconds_sampling", "seconds_training", "seconds_total")
+
+
+def final_lora(run_dir: Path) -> dict:
+    weights = json.loads((run_dir / "weights.json").read_text())["path"]
+    return checkpoints.load_checkpoint(weights)[1]
+
+
 @pytest.mark.slow
-def test_resume_after_sigkill_gives_contiguous_metrics(tmp_path):
-    run_dir = tmp_path / "run"
-    args = [
-        sys.executable,
-        "-m",
-        "grpo_helpers",
-        "train",
-        "--mode",
-        "sync",
-        "--base-model",
-        "tiny-random",
-        "--backend",
-        "local",
-        "--dataset",
-        "arithmetic",
-        "--steps",
-        "5",
-        "--batch-size",
-        "2",
-        "--group-size",
-        "2",
-        "--max-tokens",
-        "6",
-        "--lora-rank",
-        "4",
-        "--reward",
-        "shaped",
-        "--run-dir",
-        str(run_dir),
-        "--save-every",
-        "1",
-    ]
-    # The first run kills itself with SIGKILL from the step callback, right after
-    # step 1's metrics line is written and before step 1's checkpoint: the resumed
-    # run must drop that line and redo step 1. No clocks, no polling.
-    killer = textwrap.dedent(
-        f"""
-        import os, signal
-        from grpo_helpers import cli, training
-
-        args = cli.build_parser().parse_args({args[3:]!r})
-        config = cli.config_from_args(args)
-
-        def kill_after_two_steps(metrics):
-            if len(metrics) == 2:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-        training.train_sync(config, progress=False, on_step=kill_after_two_steps)
-        """
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_resume_after_sigkill_is_the_same_training(tmp_path, mode):
+    """SIGKILL mid-run, then ``--resume``: the final LoRA tensors, the metrics and
+    the samples equal those of an uninterrupted run with the same seed."""
+    reference, killed = tmp_path / "reference", tmp_path / "killed"
+    env = subprocess_env()
+    run = subprocess.run(
+        [sys.executable, "-c", KILLER, *RESUME_FLAGS, mode, reference, killed],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    killed = subprocess.run(
-        [sys.executable, "-c", killer], env=env, capture_output=True, text=True
-    )
-    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
-    checkpoint = json.loads((run_dir / "checkpoint.json").read_text())
-    assert checkpoint["step"] == 0
-    before = pd.read_json(run_dir / "metrics.jsonl", lines=True)
-    assert list(before["step"]) == [0, 1]
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    assert json.loads((killed / "checkpoint.json").read_text())["step"] == 0
+    assert list(training.load_metrics(killed)["step"]) == [0, 1]
+    assert not (killed / "weights.json").exists()
     done = subprocess.run(
-        [*args, "--resume"], env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "grpo_helpers", "train", *RESUME_FLAGS]
+        + ["--mode", mode, "--run-dir", str(killed), "--resume"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    after = training.load_metrics(run_dir)
-    assert list(after["step"]) == [0, 1, 2, 3, 4]
-    samples = training.load_samples(run_dir)
-    assert sorted(samples["step"].unique()) == [0, 1, 2, 3, 4]
-    assert (samples.groupby("step").size() == 4).all()
-    assert list(after["cum_sampled_tokens"]) == list(after["sampled_tokens"].cumsum())
+    assert "Resuming" in done.stdout + done.stderr
+    # the same metrics, step by step (timings aside)
+    want = training.load_metrics(reference).drop(columns=list(TIMING))
+    got = training.load_metrics(killed).drop(columns=list(TIMING))
+    assert list(got["step"]) == [0, 1, 2, 3]
+    assert list(got.columns) == list(want.columns)
+    assert got["updated"].any(), "no step trained: the comparison would be empty"
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-5, atol=1e-6)
+    # the same completions
+    pd.testing.assert_frame_equal(
+        training.load_samples(killed), training.load_samples(reference)
+    )
+    # the same final adapter
+    a, b = final_lora(reference), final_lora(killed)
+    assert a.keys() == b.keys() and a
+    assert any(float(t.abs().max()) > 0 for k, t in a.items() if "lora_B" in k)
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
 @pytest.mark.parametrize("fast", [False, True])
@@ -376,7 +474,7 @@ def test_fast_runs_never_share_a_directory_with_full_runs(fast):
     from grpo_helpers.config import SETTINGS
 
     settings = dataclasses.replace(SETTINGS, fast=fast)
-    runs = settings.project_root / "runs"
+    runs = settings.runs_dir
     assert settings.runs_root == (runs / "fast" if fast else runs)
 
 
@@ -404,3 +502,24 @@ def test_box_drift_speaks_only_when_the_box_falls_and_quotes_the_reward():
     # too short, or recorded before the columns existed: nothing to say
     assert training.box_drift(falling.head(6), "right_answer") is None
     assert training.box_drift(falling.drop(columns="boxed_frac"), "binary") is None
+
+
+def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path):
+    from grpo_helpers import config
+
+    monkeypatch.delenv("GRPO_RUNS_ROOT", raising=False)
+    assert config._read_settings().runs_dir == config.SETTINGS.project_root / "runs"
+    monkeypatch.setenv("GRPO_RUNS_ROOT", str(tmp_path / "elsewhere"))
+    assert config._read_settings().runs_dir == tmp_path / "elsewhere"
+
+
+def test_this_session_writes_no_run_into_the_project(session_runs_dir):
+    """tests/conftest.py moved every default run folder to a temporary one."""
+    from grpo_helpers.config import SETTINGS
+    from grpo_helpers.local.engine import default_run_dir
+
+    project_runs = SETTINGS.project_root / "runs"
+    assert SETTINGS.runs_dir == session_runs_dir.resolve()
+    for path in (SETTINGS.runs_root, default_run_dir()):
+        assert not path.is_relative_to(project_runs), path
+        assert path.is_relative_to(session_runs_dir.resolve()), path

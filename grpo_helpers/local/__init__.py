@@ -10,6 +10,8 @@ Modules:
     losses: cross_entropy, importance_sampling, ppo, cispo, per token.
     host: one base model, many LoRA adapters, the batching sampler queue.
     checkpoints: ``local://`` URIs, safetensors adapters, optimizer state.
+    prefix: which Datums share a prefix, and how suffixes are cut into chunks.
+    counters: how often each path (shared prefix or plain) ran, for tests.
 
 Introduced in: 05_sync_training_loop.ipynb
 """

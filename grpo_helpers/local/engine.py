@@ -70,7 +70,7 @@ from pytrio.types import (
 )
 
 from grpo_helpers.config import SETTINGS
-from grpo_helpers.local import checkpoints, losses, prefix
+from grpo_helpers.local import checkpoints, counters, losses, prefix
 from grpo_helpers.local.host import AdapterSnapshot, LoraSpec, ModelHost, get_host
 from grpo_helpers.local.models import SMOLLM2, TINY_RANDOM, _is_smollm2, default_device
 from grpo_helpers.local.sampling import GenerationRequest, pad_rows
@@ -82,7 +82,7 @@ _CONTEXT = {SMOLLM2: 8192, TINY_RANDOM: 2048}
 
 def default_run_dir() -> Path:
     """Where checkpoints go when ``connect("local")`` gets no ``run_dir``."""
-    return SETTINGS.project_root / "runs" / "local-engine"
+    return SETTINGS.runs_dir / "local-engine"
 
 
 def _canonical(base_model: str) -> str:
@@ -634,6 +634,7 @@ class LocalTrainingClient:
         lp: list[torch.Tensor | None],
     ) -> float:
         """One right-padded micro-batch of whole Datums."""
+        counters.add("training_plain_batches")
         host, device = self._host, self._host.device
         width = max(len(rows[i].ids) for i in batch)
         ids, attn = pad_rows(
@@ -687,6 +688,7 @@ class LocalTrainingClient:
 
         Mathematically this is the plain forward; the tests compare the two.
         """
+        counters.add("training_shared_groups")
         host, device = self._host, self._host.device
         p = group.prefix_len
         members = [rows[i] for i in group.members]
@@ -731,6 +733,7 @@ class LocalTrainingClient:
                     [len(r.ids) - p for r in members],
                     self._service.train_tokens_per_batch,
                 )
+                counters.add("training_shared_chunks", len(chunks))
                 for chunk in chunks:
                     loss = self._suffix_chunk(job, members, chunk, p, leaves, suffix_lp)
                     if backward:

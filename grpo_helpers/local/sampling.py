@@ -38,6 +38,7 @@ from typing import Any
 import torch
 from pytrio.types import SampleResponse, SampleSequence, SamplingParams
 
+from grpo_helpers.local import counters
 from grpo_helpers.local.decoder import Decoder
 from grpo_helpers.local.prefix import common_prefix_len
 
@@ -294,6 +295,7 @@ def generate(
     # the prompts are left-padded and one forward pass fills the KV cache.
     sharing = not need_prompt and all(r.share_prefix for r in requests)
     shared = shared_prefix_len(requests) if sharing else 0
+    counters.add("sampling_shared_prefills" if shared else "sampling_plain_prefills")
     if shared:
         prefill_logits, cache, mask, positions = _prefill_shared(
             decoder, requests, shared, width, capacity, pad_token_id
@@ -495,6 +497,10 @@ def score_prompts(
     out: list[tuple[list[float | None], list] | None] = [None] * len(requests)
     for group in plan_shared_prefixes([r.prompt for r in requests]):
         p = group.prefix_len if group.shared else 0
+        if p:
+            counters.add("scoring_shared_groups")
+        else:
+            counters.add("scoring_plain_prompts", len(group.members))
         if p == 0:
             for i in group.members:
                 r = requests[i]

@@ -1,0 +1,130 @@
+"""Bad command lines: a clear message, a nonzero exit, and no run directory damaged.
+
+Each bad call is made next to a finished run (or an empty folder) whose every file
+is compared, bytes and modification times, before and after the call.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grpo_helpers.cli import main as cli_main
+
+TRAIN = [
+    "train",
+    "--base-model",
+    "tiny-random",
+    "--backend",
+    "local",
+    "--dataset",
+    "arithmetic",
+    "--steps",
+    "1",
+    "--batch-size",
+    "1",
+    "--group-size",
+    "2",
+    "--max-tokens",
+    "4",
+    "--lora-rank",
+    "4",
+]
+EVAL = ["eval", "--base-model", "tiny-random", "--backend", "local"]
+EVAL += ["--dataset", "arithmetic", "--max-tokens", "4"]
+
+
+def tree(folder: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file under ``folder``: its bytes and modification time."""
+    return {
+        str(p.relative_to(folder)): (p.read_bytes(), p.stat().st_mtime_ns)
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory):
+    """A one-step run, made once; each test works on a copy of it."""
+    run_dir = tmp_path_factory.mktemp("cli") / "run"
+    assert cli_main([*TRAIN, "--run-dir", str(run_dir)]) == 0
+    return run_dir
+
+
+@pytest.fixture
+def run_copy(finished_run, tmp_path):
+    copy = tmp_path / "run"
+    shutil.copytree(finished_run, copy)
+    return copy
+
+
+def refused(argv, capsys) -> str:
+    """Run the CLI; return stderr after checking it exited 2 without a traceback.
+
+    argparse refuses a bad choice or type by raising SystemExit(2); the CLI's own
+    checks return 2."""
+    try:
+        code = cli_main(argv)
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--loss-fn", "dro"], "argument --loss-fn: invalid choice: 'dro'"),
+        (["--normalization", "mean"], "argument --normalization: invalid choice"),
+        (["--updates-per-batch", "0"], "updates_per_batch must be >= 1, got 0"),
+        (["--updates-per-batch", "two"], "argument --updates-per-batch: invalid int"),
+        (["--clip-low", "1.5"], "0 < clip_low <= 1 <= clip_high, got 1.5, 1.2"),
+        (["--clip-low", "0"], "0 < clip_low <= 1 <= clip_high, got 0.0, 1.2"),
+        (["--clip-high", "0.9"], "0 < clip_low <= 1 <= clip_high, got 0.8, 0.9"),
+        (["--kl-coef", "-0.1"], "kl_coef must be >= 0, got -0.1"),
+        (["--kl-coef", "nan?"], "argument --kl-coef: invalid float value"),
+    ],
+)
+def test_bad_objective_flags_are_refused_before_the_run_is_touched(
+    run_copy, capsys, flags, message
+):
+    before = tree(run_copy)
+    err = refused([*TRAIN, *flags, "--run-dir", str(run_copy), "--resume"], capsys)
+    assert message in err
+    assert tree(run_copy) == before
+
+
+def test_resume_on_an_empty_folder_is_refused(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    err = refused([*TRAIN, "--run-dir", str(empty), "--resume"], capsys)
+    assert f"Nothing to resume in {empty}" in err
+    assert "without --resume" in err
+    assert list(empty.iterdir()) == []
+    missing = tmp_path / "missing"
+    err = refused([*TRAIN, "--run-dir", str(missing), "--resume"], capsys)
+    assert f"Nothing to resume in {missing}" in err
+    assert not missing.exists()
+
+
+def test_resume_with_swanlab_on_an_empty_folder_writes_nothing(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    refused([*TRAIN, "--run-dir", str(empty), "--resume", "--swanlab"], capsys)
+    assert list(empty.iterdir()) == []
+
+
+@pytest.mark.parametrize("limit", ["0", "-3"])
+def test_eval_limit_below_one_is_refused(tmp_path, monkeypatch, capsys, limit):
+    monkeypatch.chdir(tmp_path)  # eval's default records file: runs/eval/
+    out = tmp_path / "records.jsonl"
+    out.write_text("earlier records\n")
+    err = refused([*EVAL, "--limit", limit, "--out", str(out)], capsys)
+    assert f"--limit must be >= 1, got {limit}" in err
+    assert out.read_text() == "earlier records\n"
+    refused([*EVAL, "--limit", limit], capsys)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl"]

@@ -1,0 +1,86 @@
+"""Every notebook executed top to bottom in fast mode, once per session.
+
+``tests/notebook_runs.py`` executes each notebook once (the ``notebook_runs``
+fixture) with the solutions' self-checks added at its end. From that one execution:
+
+* the notebook runs without an error (the training notebooks assert in their own
+  cells that their fast-mode loop updated the policy);
+* the committed stubs make every self-check print "not yet", with a hint that
+  never shows the wanted value;
+* the solutions make every self-check print "ok";
+* notebook 07 evaluates the run it was given (``source_run``), made by a fixture,
+  whatever ran before it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from notebook_runs import NOTEBOOKS, SOURCE_RUN, STEMS
+
+pytestmark = [pytest.mark.notebook, pytest.mark.timeout(1800)]
+
+
+def exercises(stem: str) -> int:
+    nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    return sum("exercise" in c.metadata.get("tags", []) for c in nb.cells)
+
+
+def test_the_series_has_eight_notebooks():
+    assert [s[:2] for s in STEMS] == [f"0{i}" for i in range(1, 9)]
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_notebook_runs_top_to_bottom_in_fast_mode(notebook_runs, stem):
+    run = notebook_runs.get(stem)
+    assert run.ok, run.error
+    nb = nbformat.read(run.path, as_version=4)
+    assert nb.metadata["grpo"]["fast"] is True
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    assert all(c.execution_count for c in code), "a cell did not run"
+    errors = [o for c in code for o in c.outputs if o.output_type == "error"]
+    assert not errors
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_stubs_say_not_yet_with_a_hint_that_hides_the_answer(notebook_runs, stem):
+    run = notebook_runs.get(stem)
+    assert run.ok, run.error
+    verdicts = [line for line in run.stub_checks if line.startswith("exercise")]
+    assert verdicts == [f"exercise {n}: not yet" for n in range(1, exercises(stem) + 1)]
+    hints = [line for line in run.stub_checks if line.startswith("    ")]
+    assert len(hints) == len(verdicts)
+    assert all("want" not in hint for hint in hints), hints
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_solutions_pass_every_self_check_in_the_notebook(notebook_runs, stem):
+    run = notebook_runs.get(stem)
+    assert run.ok, run.error
+    verdicts = [line for line in run.solution_checks if line.startswith("exercise")]
+    want = [f"exercise {n}: ok" for n in range(1, exercises(stem) + 1)]
+    assert verdicts == want, "\n".join(run.solution_checks)
+
+
+def test_07_evaluates_the_source_run_it_was_given(notebook_runs):
+    run = notebook_runs.get("07_base_vs_grpo_eval")
+    assert run.ok, run.error
+    source = Path(run.runs_dir) / "fast" / SOURCE_RUN
+    assert f"from: notebook 05's run in {source}" in run.text()
+    assert "nothing to reuse" not in run.text()
+    # it trained no run of its own, and saw no other notebook's runs
+    assert sorted(p.name for p in source.parent.iterdir()) == [SOURCE_RUN]
+
+
+def test_each_notebook_writes_its_runs_under_its_own_root(notebook_runs):
+    for stem, name in [
+        ("05_sync_training_loop", "nb05-sync"),
+        ("06_async_training_loop", "nb06-async"),
+    ]:
+        run = notebook_runs.get(stem)
+        assert run.ok, run.error
+        fast = Path(run.runs_dir) / "fast"
+        assert sorted(p.name for p in fast.iterdir()) == [name], stem
+        assert (fast / name / "weights.json").is_file()
