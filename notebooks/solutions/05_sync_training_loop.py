@@ -303,13 +303,16 @@ def prepare(case):
 }
 
 
-# Exercise 4 (discussion). With reward="binary" a completion earns 1 only for a
-# right boxed answer. A small model rarely gets one, so most groups are all zeros:
-# frac_degenerate rises towards 1, and in steps where every group is degenerate
-# there are no datums, no update and no grad_norm (NaN in the metrics). The shaped
-# reward gives partial credit (a number close to the gold answer, a boxed answer),
-# so the rewards of a group almost always differ and every step updates. Its risk
-# is the one of notebook 02: the model can learn to earn the partial credit (box
-# something, write a number near the question's numbers) without getting answers
-# right, so the reward rises while exact accuracy stays flat. That is why the loop
-# logs exact accuracy apart from the reward.
+# Exercise 4 (discussion). With reward="right_answer" a right answer earns 0.5
+# without the box and 1.0 in it, so a weak model's groups have a spread more often:
+# frac_degenerate falls, more steps make an update, and fewer steps log grad_norm
+# as NaN (NaN marks a step with no update). The boxed share is the one to watch: in
+# a group whose only right answers are unboxed, those get a positive advantage, so
+# the box can lose ground (validation seed 4 boxed nothing from step 7 on,
+# bench/results/pilots-robust-defaults/README.md). Under "binary" degenerate groups
+# are more common while the model is weak (a group needs a right, boxed answer to
+# have a spread), so the first steps may make no update at all, but the box can only
+# gain. The shaped reward (notebook 02) gives almost every group a spread but pays
+# for a box alone and for near misses, so a run can learn the format and not the
+# arithmetic: the reward rises while exact accuracy stays flat. That is why the
+# loop logs exact accuracy and the boxed share apart from the reward.
