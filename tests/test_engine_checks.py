@@ -129,7 +129,9 @@ def _is_mask_off_by_one(logprobs, old, adv, mask):
 
 
 def _is_float(logprobs, old, adv, mask):
-    return float(torch.where(mask, -torch.exp(logprobs - old) * adv, 0.0).sum())
+    return (
+        torch.where(mask, -torch.exp(logprobs - old) * adv, 0.0).sum().detach().item()
+    )
 
 
 IS_WRONG = {
@@ -313,6 +315,13 @@ def _step(sign=1.0, skip=True, shift=False, order=("fb", "optim"), scale=False):
     return step
 
 
+def _groups_reversed(training_client, prompt_list, responses, rewards, adam_params):
+    """The solution, with the groups taken in reverse order: the same Datums."""
+    return S05.grpo_step(
+        training_client, prompt_list[::-1], responses[::-1], rewards[::-1], adam_params
+    )
+
+
 STEP_WRONG = {
     "advantage sign flip": (_step(sign=-1.0), "wrong sign"),
     "degenerate group trained": (_step(skip=False), "degenerate"),
@@ -342,14 +351,15 @@ def test_05_grpo_step_check_passes_the_solution(service, batch, response, capsys
     assert fresh.step == 1  # the update really ran on the engine
 
 
+@pytest.mark.parametrize("step", [_step(), _groups_reversed], ids=["hand", "reversed"])
 def test_05_grpo_step_check_a_hand_written_solution_passes(
-    client, batch, response, capsys
+    client, batch, response, capsys, step
 ):
-    """The slip-free version of the wrong answers below passes: they differ from it
-    by their slip only."""
+    """The slip-free version of the wrong answers below passes (they differ from it
+    by their slip only), and so do the same Datums in another order."""
     passed = engine_checks.grpo_step_check(
         "exercise 2",
-        _step(),
+        step,
         client,
         batch[0][0],
         response,
