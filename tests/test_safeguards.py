@@ -3,10 +3,10 @@
 ``mask_truncated`` (DAPO's overlong filtering, TRL's ``mask_truncated_completions``)
 leaves the completions that ``max_tokens`` cut off out of the loss;
 ``grad_clip_norm`` clips the gradient's global norm before Adam. Each is checked on
-what the engine *received*: a spy records the Datums of every ``forward_backward``
-and the ``AdamParams`` of every ``optim_step`` that the loop sent, so a loop that
-computes the right thing but sends something else fails. Also: validation, the
-command line, and the TRL mapping (without TRL installed).
+what the engine *received*: the spy of ``tests/spies.py`` records the Datums of
+every ``forward_backward`` and the ``AdamParams`` of every ``optim_step`` that the
+loop sent, so a loop that computes the right thing but sends something else fails.
+Also: validation, the command line, and the TRL mapping (without TRL installed).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 
 import pytest
+from spies import EngineSpy
 
 from grpo_helpers import cli, export, training
 from grpo_helpers.config import GRPOConfig
@@ -36,7 +37,7 @@ TINY = dict(
 
 
 # ----------------------------------------------------------------------------------
-# A spy on the engine: what the loop sent
+# What the loop sent, from a sampler whose completions partly stop by themselves
 # ----------------------------------------------------------------------------------
 
 
@@ -66,56 +67,15 @@ class _StopEvenSequences:
         return getattr(self._inner, name)
 
 
-class _SpyTrainingClient:
-    def __init__(self, inner, calls):
-        self._inner, self._calls = inner, calls
-
-    def forward_backward(self, data, loss_fn="cross_entropy", loss_fn_config=None):
-        self._calls.append(("forward_backward", list(data), loss_fn))
-        return self._inner.forward_backward(data, loss_fn, loss_fn_config)
-
-    async def forward_backward_async(self, data, loss_fn="cross_entropy", **kwargs):
-        self._calls.append(("forward_backward", list(data), loss_fn))
-        return await self._inner.forward_backward_async(data, loss_fn, **kwargs)
-
-    def optim_step(self, adam_params):
-        self._calls.append(("optim_step", adam_params, None))
-        return self._inner.optim_step(adam_params)
-
-    async def optim_step_async(self, adam_params):
-        self._calls.append(("optim_step", adam_params, None))
-        return await self._inner.optim_step_async(adam_params)
-
-    def save_weights_and_get_sampling_client(self):
-        return _StopEvenSequences(self._inner.save_weights_and_get_sampling_client())
-
-    async def save_weights_and_get_sampling_client_async(self):
-        sampler = await self._inner.save_weights_and_get_sampling_client_async()
-        return _StopEvenSequences(sampler)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
-class _SpyService:
-    def __init__(self, inner):
-        self._inner, self.calls = inner, []
-
-    def create_lora_training_client(self, *args, **kwargs):
-        client = self._inner.create_lora_training_client(*args, **kwargs)
-        return _SpyTrainingClient(client, self.calls)
-
-    def __getattr__(self, name):
-        return getattr(self._inner, name)
-
-
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     return connect("local", run_dir=tmp_path_factory.mktemp("engine"))
 
 
 def _sent(service, config, mode="sync"):
-    spy = _SpyService(service)
+    """What the engine received from one run of the loop (``tests/spies.py``),
+    its sampler relabelled by :class:`_StopEvenSequences`."""
+    spy = EngineSpy(service, wrap_sampler=_StopEvenSequences)
     if mode == "sync":
         training.train_sync(config, spy, progress=False)
     else:
@@ -124,9 +84,9 @@ def _sent(service, config, mode="sync"):
 
 
 def _step_zero_datums(calls):
-    sent = [c for c in calls if c[0] == "forward_backward"]
+    sent = [c for c in calls if c.name == "forward_backward"]
     assert len(sent) == 1, "one step, one update"
-    return sent[0][1]
+    return sent[0].datums
 
 
 # ----------------------------------------------------------------------------------
@@ -216,9 +176,10 @@ def test_grad_clip_norm_reaches_every_optim_step(tmp_path, service, mode):
         config = GRPOConfig(
             **TINY, grad_clip_norm=clip, run_dir=str(tmp_path / f"{mode}-{name}")
         )
-        steps = [c for c in _sent(service, config, mode) if c[0] == "optim_step"]
+        steps = [c for c in _sent(service, config, mode) if c.name == "optim_step"]
         assert steps, "the step made no update"
-        for _, adam, _ in steps:
+        for call in steps:
+            adam = call.adam_params
             assert adam.grad_clip_norm == clip
             assert adam.learning_rate == config.learning_rate
             assert (adam.beta1, adam.beta2) == (config.beta1, config.beta2)
