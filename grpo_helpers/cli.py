@@ -153,6 +153,18 @@ def _add_run_arguments(p: argparse.ArgumentParser, suppress: bool = False) -> No
         default=field_default("normalization"),
         help="length normalisation of the advantages",
     )
+    objective.add_argument(
+        "--mask-truncated",
+        action="store_true",
+        default=field_default("mask_truncated"),
+        help="leave completions cut off at --max-tokens out of the loss (DAPO)",
+    )
+    objective.add_argument(
+        "--grad-clip-norm",
+        type=float,
+        default=field_default("grad_clip_norm"),
+        help="clip the gradient's global norm to this before Adam (0: off)",
+    )
 
 
 def config_from_args(args: argparse.Namespace) -> GRPOConfig:

@@ -205,6 +205,10 @@ class GRPOConfig:
     kl_coef: float = 0.0  # beta: KL penalty to the base model, in the advantages
     measure_kl: bool = False  # log the KL to the base model even when kl_coef is 0
     normalization: str = "token_sum"  # sequence_mean | token_mean | constant
+    # Two safeguards (notebook 05): DAPO's masking of truncated completions, and
+    # gradient clipping. Off by default, as in the demo scripts.
+    mask_truncated: bool = False  # a completion cut off at max_tokens trains nothing
+    grad_clip_norm: float = 0.0  # clip the gradient's global norm to this (0: off)
 
     def __post_init__(self) -> None:
         self.validate()
@@ -291,6 +295,17 @@ class GRPOConfig:
                 f"unknown normalization {self.normalization!r}; choose one of "
                 f"{', '.join(NORMALIZATIONS)}",
             ),
+            (
+                isinstance(self.mask_truncated, bool),
+                f"mask_truncated must be True or False, got {self.mask_truncated!r}",
+            ),
+            (
+                isinstance(self.grad_clip_norm, (int, float))
+                and not isinstance(self.grad_clip_norm, bool)
+                and 0 <= self.grad_clip_norm < float("inf"),
+                f"grad_clip_norm must be a finite number >= 0 (0: no clipping), got "
+                f"{self.grad_clip_norm!r}",
+            ),
             (bool(self.weights_name.strip()), "weights_name must not be empty"),
         ]
         errors = [message for ok, message in checks if not ok]
@@ -312,6 +327,19 @@ class GRPOConfig:
             "clip_low_threshold": self.clip_low,
             "clip_high_threshold": self.clip_high,
         }
+
+    @property
+    def adam_params(self) -> Any:
+        """The ``pytrio.AdamParams`` of every ``optim_step``: the learning rate,
+        Adam's betas and ``grad_clip_norm`` (pytrio's defaults for the rest)."""
+        import pytrio as trio
+
+        return trio.AdamParams(
+            learning_rate=self.learning_rate,
+            beta1=self.beta1,
+            beta2=self.beta2,
+            grad_clip_norm=float(self.grad_clip_norm),
+        )
 
     @property
     def needs_reference(self) -> bool:

@@ -46,6 +46,9 @@ class RolloutSample:
         text: the decoded completion, which the reward function reads.
         reward: the completion's reward.
         advantage: reward minus the group mean (optionally std-scaled).
+        truncated: ``max_tokens`` cut the completion off before it ended (the
+            sampler's ``stop_reason == "length"``); ``GRPOConfig.mask_truncated``
+            leaves such completions out of the loss (notebook 05).
 
     Introduced in: 04_datum_alignment.ipynb
     """
@@ -55,6 +58,7 @@ class RolloutSample:
     text: str
     reward: float
     advantage: float
+    truncated: bool = False
 
 
 def _check_finite(name: str, value: float) -> float:

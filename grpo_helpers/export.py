@@ -128,9 +128,8 @@ FIELD_RULES: dict[str, FieldRule] = {
     ),
     "beta1": FieldRule(("adam_beta1",), "the same"),
     "beta2": FieldRule(
-        ("adam_beta2", "adam_epsilon", "weight_decay", "max_grad_norm", "optim"),
-        "the same; with pytrio.AdamParams' other defaults: eps 1e-12, no weight "
-        "decay, no gradient clipping",
+        ("adam_beta2", "adam_epsilon", "weight_decay", "optim"),
+        "the same; with pytrio.AdamParams' other defaults: eps 1e-12, no weight decay",
     ),
     "reward": FieldRule(
         ("reward_funcs", "reward_weights"),
@@ -185,6 +184,17 @@ FIELD_RULES: dict[str, FieldRule] = {
         ("loss_type",),
         "token_sum, constant -> dr_grpo; sequence_mean -> grpo; token_mean -> dapo "
         "(batch_size 1 only); equal losses up to the factor c below",
+    ),
+    "mask_truncated": FieldRule(
+        ("mask_truncated_completions",),
+        "the same: a completion cut off at the budget (the series: stop_reason "
+        "'length'; TRL: no end-of-sequence token) is left out of the loss, its "
+        "reward still counts in its group's mean",
+    ),
+    "grad_clip_norm": FieldRule(
+        ("max_grad_norm",),
+        "grad_clip_norm / c: TRL's loss, so its gradient, is the series' divided by "
+        "c (below), so it clips at the same point; 0: no clipping",
     ),
 }
 
@@ -295,8 +305,8 @@ def loss_scale(config: GRPOConfig) -> float:
     * cispo (token_mean, one group) -> cispo: ``c = 1``.
 
     ``c`` depends on the batch's shape only, so the gradients differ by the same
-    constant, and Adam without gradient clipping makes the same update (up to its
-    epsilon).
+    constant, and Adam makes the same update (up to its epsilon); gradient
+    clipping maps to ``max_grad_norm = grad_clip_norm / c``, the same point.
 
     Example:
         >>> loss_scale(GRPOConfig(batch_size=2, group_size=8, max_tokens=48))
@@ -369,7 +379,10 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
         "adam_beta2": config.beta2,
         "adam_epsilon": ADAM.eps,
         "weight_decay": ADAM.weight_decay,
-        "max_grad_norm": ADAM.grad_clip_norm,  # 0: no clipping
+        # clipping at the same point: TRL's gradient is the series' divided by c
+        "max_grad_norm": (
+            config.grad_clip_norm / loss_scale(config) if config.grad_clip_norm else 0.0
+        ),
         # the objective
         "loss_type": "cispo" if cispo else LOSS_TYPES[config.normalization],
         "num_iterations": mu,
@@ -381,7 +394,7 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
         "beta": config.kl_coef,
         "use_bias_correction_kl": True,
         "scale_rewards": config.advantage_scale,
-        "mask_truncated_completions": False,
+        "mask_truncated_completions": config.mask_truncated,
         "disable_dropout": True,
         "reward_weights": [1.0] + [0.0] * (len(reward_names(config)) - 1),
         # logging and saving

@@ -66,8 +66,9 @@ def _scale_line(config: GRPOConfig) -> str:
         f"The series' loss is **c = {c:g}** times TRL's on the same batch "
         f"(c = {why}; N completions per step, L = max_tokens). The local engine "
         "minimises a plain sum over tokens; TRL divides it by its `loss_type`'s "
-        "normaliser. The gradients differ by the same constant, and Adam without "
-        "gradient clipping makes the same update (up to its epsilon)."
+        "normaliser. The gradients differ by the same constant, so Adam makes the "
+        "same update (up to its epsilon), and gradient clipping at "
+        "`max_grad_norm` = `grad_clip_norm` / c clips at the same point."
     )
 
 

@@ -25,6 +25,7 @@ __all__ = [
     "NOTEBOOK_EVAL",
     "PYTRIO",
     "SMOLLM2",
+    "backend_overrides",
     "notebook_eval",
     "notebook_run",
 ]
@@ -81,6 +82,20 @@ PYTRIO: dict[str, Any] = {
 #: What a notebook's ``backend`` parameter changes: nothing on the local engine,
 #: the article's settings on PyTRIO.
 BACKEND_PRESETS: dict[str, dict[str, Any]] = {"local": {}, "pytrio": PYTRIO}
+#: Keys of the presets that say how a run is scored, not how it trains.
+EVAL_KEYS = ("eval_questions", "eval_max_tokens")
+
+
+def backend_overrides(backend: str) -> dict[str, Any]:
+    """What ``backend`` changes in a run's ``GRPOConfig`` fields (notebooks 05 and
+    06): nothing on the local engine, the article's run on PyTRIO.
+
+    Example:
+        >>> backend_overrides("local"), backend_overrides("pytrio")["group_size"]
+        ({}, 16)
+    """
+    return {k: v for k, v in BACKEND_PRESETS[backend].items() if k not in EVAL_KEYS}
+
 
 #: What fast mode (``GRPO_FAST=1``) changes in :data:`NOTEBOOK`: the tiny random
 #: model, two steps of a few tokens, and the shaped reward (random text is never

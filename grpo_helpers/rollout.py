@@ -77,9 +77,11 @@ def samples_from_response(
             divided by the group's standard deviation).
 
     Returns:
-        One ``RolloutSample`` per completion, in the order the engine returned them.
+        One ``RolloutSample`` per completion, in the order the engine returned them;
+        ``truncated`` is True where the sampler stopped at ``max_tokens``
+        (``stop_reason == "length"``).
     """
-    raw: list[tuple[list[int], list[float], str]] = []
+    raw: list[tuple[list[int], list[float], str, bool]] = []
     rewards: list[float] = []
     for i, sequence in enumerate(response.sequences):
         tokens = [int(t) for t in sequence.tokens]
@@ -94,15 +96,14 @@ def samples_from_response(
         if text is None:
             text = tokenizer.decode(tokens, skip_special_tokens=True)
         rewards.append(float(reward_fn(text, ground_truth)))
-        raw.append((tokens, logprobs, text))
+        truncated = getattr(sequence, "stop_reason", None) == "length"
+        raw.append((tokens, logprobs, text, truncated))
     if not raw:
         raise ValueError("The sampler returned no completions for this prompt.")
     advantages = group_advantages(rewards, scale=advantage_scale)
     return [
-        RolloutSample(
-            tokens=tokens, logprobs=logprobs, text=text, reward=reward, advantage=adv
-        )
-        for (tokens, logprobs, text), reward, adv in zip(
+        RolloutSample(tokens, logprobs, text, reward, adv, truncated)
+        for (tokens, logprobs, text, truncated), reward, adv in zip(
             raw, rewards, advantages, strict=True
         )
     ]

@@ -155,6 +155,7 @@ def build_step_datums(
     normalization: str = "token_sum",
     max_tokens: int | None = None,
     kl_changes: Sequence[Sequence[float]] | None = None,
+    mask_truncated: bool = False,
 ) -> list[trio.Datum]:
     """Datums of the non-degenerate groups (degenerate ones are skipped).
 
@@ -166,10 +167,16 @@ def build_step_datums(
         kl_changes: per completion of the non-degenerate groups, in order, the
             per-token advantage changes of the KL penalty
             (``advantages.kl_penalty``); None for no penalty.
+        mask_truncated: leave out the completions that ``max_tokens`` cut off
+            (``RolloutSample.truncated``; DAPO's overlong filtering, TRL's
+            ``mask_truncated_completions``): no Datum, so no loss and no
+            gradient. Their rewards still count in their group's mean, and a
+            token-mean normalisation divides by the tokens that are trained.
 
     Returns:
-        One Datum per completion of the non-degenerate groups. With the defaults
-        each is exactly ``build_grpo_datum(prompt_tokens, sample)``.
+        One Datum per completion of the non-degenerate groups (without the
+        truncated ones when masked). With the defaults each is exactly
+        ``build_grpo_datum(prompt_tokens, sample)``.
     """
     kept = [g for g in groups if not g.degenerate]
     count = sum(len(g.samples) for g in kept)
@@ -180,12 +187,18 @@ def build_step_datums(
     datums = []
     position = 0
     for group in kept:
-        scales = length_scales(
-            [len(s.tokens) for s in group.samples], normalization, max_tokens
+        trained = [not (mask_truncated and s.truncated) for s in group.samples]
+        kept_samples = [s for s, t in zip(group.samples, trained, strict=True) if t]
+        lengths = [len(s.tokens) for s in kept_samples]
+        scales = iter(
+            length_scales(lengths, normalization, max_tokens) if lengths else []
         )
-        for sample, scale in zip(group.samples, scales, strict=True):
+        for sample, is_trained in zip(group.samples, trained, strict=True):
             change = None if kl_changes is None else kl_changes[position]
             position += 1
+            if not is_trained:
+                continue
+            scale = next(scales)
             if scale == 1.0 and change is None:
                 datums.append(build_grpo_datum(group.prompt_tokens, sample))
                 continue
@@ -586,9 +599,7 @@ class _Run:
             self.training_client.load_state_with_optimizer(self.run.state_path).result()
         self.tokenizer = self.training_client.get_tokenizer()
         self.run.start()
-        self.adam_params = trio.AdamParams(
-            learning_rate=config.learning_rate, beta1=config.beta1, beta2=config.beta2
-        )
+        self.adam_params = config.adam_params
         self.base_params = make_sampling_params(
             self.tokenizer, config.max_tokens, config.temperature, config.top_p
         )
@@ -636,7 +647,11 @@ class _Run:
             if config.kl_coef == 0:
                 changes = None
         datums = build_step_datums(
-            groups, config.normalization, config.max_tokens, changes
+            groups,
+            config.normalization,
+            config.max_tokens,
+            changes,
+            mask_truncated=config.mask_truncated,
         )
         return datums, objective
 

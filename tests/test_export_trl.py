@@ -141,7 +141,7 @@ CHANGES = {
     "learning_rate": 1e-3,
     "beta1": 0.8,
     "beta2": 0.9,
-    "reward": "binary",
+    "reward": "right_answer",  # notebook 05 trains on binary
     "advantage_scale": "group",
     "weights_name": "other",
     "swanlab": True,
@@ -152,6 +152,8 @@ CHANGES = {
     "clip_high": 1.3,
     "kl_coef": 0.05,
     "normalization": "sequence_mean",
+    "mask_truncated": True,
+    "grad_clip_norm": 1.0,
 }
 #: Fields with no TRL setting of their own: carried by series_config.json (the data,
 #: the prompt, the LoRA, SwanLab's names) or only refused.

@@ -189,6 +189,37 @@ async def _awaits_before_submitting(training_client, datums, adam_params):
     return fb_output, await optim
 
 
+def _trains_degenerate_groups(training_client, prompts, responses, rewards, adam):
+    """A GRPO step that forgets to skip the groups whose rewards are all equal."""
+    from grpo_helpers import datum
+
+    datums = []
+    for prompt, response, group_rewards in zip(
+        prompts, responses, rewards, strict=True
+    ):
+        mean = sum(group_rewards) / len(group_rewards)
+        for seq, reward in zip(response.sequences, group_rewards, strict=True):
+            sample = datum.RolloutSample(
+                list(seq.tokens), list(seq.logprobs), "", reward, reward - mean
+            )
+            datums.append(datum.build_grpo_datum(prompt, sample))
+    fb = training_client.forward_backward(datums, loss_fn="importance_sampling")
+    optim = training_client.optim_step(adam)
+    return fb.result(), optim.result()
+
+
+def _engine_loss(name):
+    """An answer that calls the engine's own loss function."""
+
+    def loss(logprobs, old, adv, mask, low=0.8, high=1.2):
+        from grpo_helpers.local import losses
+
+        config = {"clip_low_threshold": low, "clip_high_threshold": high}
+        return losses.loss_sum(name, logprobs, old, adv, None, config, mask)
+
+    return loss
+
+
 def _wald(successes, n, z=1.96):
     p = successes / n
     half = z * np.sqrt(p * (1 - p) / n)
@@ -226,9 +257,15 @@ WRONG = {
     "looks_aligned": lambda inputs, targets, n: all(
         t == i for t, i in zip(targets[n - 1 : -1], inputs[n:], strict=False)
     ),
-    "loss_sum_by_hand": lambda datums, fb_output: float(
-        sum(-np.sum(d.loss_fn_inputs["advantages"].tolist()) for d in datums)
+    "importance_sampling_loss": lambda logprobs, old, adv, mask: (  # no mask
+        -(logprobs - old).exp() * adv
+    ).sum(),
+    "ppo_clipped_loss": lambda logprobs, old, adv, mask, low, high: (
+        -((logprobs - old).exp() * adv)
+        .maximum((logprobs - old).exp().clamp(low, high) * adv)[mask]
+        .sum()
     ),
+    "grpo_step": lambda *args: _trains_degenerate_groups(*args),
     "step_summary": lambda samples, step: {
         "reward_mean": float(samples[samples["step"] == step]["reward"].mean()),
         "accuracy": float(samples[samples["step"] == step]["exact"].mean()),
@@ -266,6 +303,27 @@ WRONG = {
 }
 
 
+def _package_step(training_client, prompts, responses, rewards, adam):
+    """A GRPO step that calls the loop's own Datum builder."""
+    from grpo_helpers import datum, training
+
+    groups = []
+    for prompt, response, group_rewards in zip(
+        prompts, responses, rewards, strict=True
+    ):
+        adv = advantages.group_advantages(group_rewards)
+        samples = [
+            datum.RolloutSample(list(s.tokens), list(s.logprobs), "", r, a)
+            for s, r, a in zip(response.sequences, group_rewards, adv, strict=True)
+        ]
+        groups.append(training.PromptGroup(0, prompt, "", samples))
+    datums = training.build_step_datums(groups)
+    if not datums:
+        return None
+    fb = training_client.forward_backward(datums, loss_fn="importance_sampling")
+    return fb.result(), training_client.optim_step(adam).result()
+
+
 def _delegate_questions(accuracy, half_width):
     return next(
         n
@@ -295,6 +353,11 @@ DELEGATES = {
     "token_weights": lambda lengths, mode, max_tokens: advantages.length_scales(
         lengths, mode, max_tokens
     ),
+    "importance_sampling_loss": _engine_loss("importance_sampling"),
+    "ppo_clipped_loss": _engine_loss("ppo"),
+    "grpo_step": lambda client, prompts, responses, rewards, adam: _package_step(
+        client, prompts, responses, rewards, adam
+    ),
     "k3_estimate": lambda sampled, reference: advantages.kl_penalty(
         sampled, reference, 0.0
     )[1]["kl_k3"],
@@ -304,7 +367,7 @@ DELEGATES = {
 def test_every_exercise_has_a_hidden_test(blocks):
     names = [name for _, name, _ in blocks]
     assert set(names) == set(WRONG)
-    assert len(names) == len(set(names)) == 17
+    assert len(names) == len(set(names)) == 19
 
 
 def test_hidden_tests_pass_the_solutions(blocks):

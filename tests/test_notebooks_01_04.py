@@ -58,8 +58,15 @@ EXERCISE_NAMES = {
     "01_gsm8k_dataset": ("fraction_cut_off", "smallest_budget"),
     "02_reward_design": ("last_boxed", "gaming_completion"),
     "03_group_advantages": ("smallest_group_size", "success_advantage"),
-    "04_datum_alignment": ("trained_target", "looks_aligned"),
+    "04_datum_alignment": (
+        "trained_target",
+        "looks_aligned",
+        "importance_sampling_loss",
+    ),
 }
+#: Notebooks whose self-checks use what earlier cells made (04's loss check uses the
+#: notebook's sampler and training client): the tests run those cells first.
+CHECKS_NEED_THE_NOTEBOOK = {"04_datum_alignment"}
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -121,9 +128,30 @@ def load_solution(stem: str) -> ModuleType:
     return module
 
 
+@cache
+def _notebook_namespace(stem: str) -> dict[str, Any]:
+    namespace: dict[str, Any] = {"__name__": f"notebook_{stem}"}
+    sources = [
+        cell.source
+        for cell in code_cells(stem)
+        if not {"exercise", "self-check"}
+        & set(cell.get("metadata", {}).get("tags", []))
+    ]
+    run_cells(sources, namespace)
+    return namespace
+
+
+def check_namespace(stem: str) -> dict[str, Any]:
+    """What the self-check cells run in: the opening cell's imports, or (for
+    :data:`CHECKS_NEED_THE_NOTEBOOK`) every cell but the exercises and checks."""
+    if stem in CHECKS_NEED_THE_NOTEBOOK:
+        return dict(_notebook_namespace(stem))
+    return opening_namespace(stem)
+
+
 def self_check_results(stem: str, answers: dict[str, Any]) -> list[str]:
     """Run the self-check cells with ``answers`` in place of the learner's cells."""
-    namespace = opening_namespace(stem)
+    namespace = check_namespace(stem)
     namespace.update(answers)
     output = run_cells(tagged(stem, "self-check"), namespace)
     return [line for line in output.splitlines() if line.startswith("exercise ")]
@@ -132,20 +160,45 @@ def self_check_results(stem: str, answers: dict[str, Any]) -> list[str]:
 # --------------------------------------------------------------------------- structure
 
 
+def opening_text(nb: nbformat.NotebookNode) -> str:
+    """The markdown cells before the first code cell: title to runtime."""
+    text = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            break
+        text.append(cell.source)
+    return "\n\n".join(text)
+
+
+def first_code_cell(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    return next(cell for cell in nb.cells if cell.cell_type == "code")
+
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_opening_follows_the_house_style(stem: str) -> None:
-    cells = read_notebook(stem).cells
-    first = cells[0]
-    assert first.cell_type == "markdown"
-    assert first.source.startswith(f"# {stem[:2]} {TITLES[stem]}\n")
+    nb = read_notebook(stem)
+    assert nb.cells[0].cell_type == "markdown"
+    assert nb.cells[0].source.startswith(f"# {stem[:2]} {TITLES[stem]}\n")
+    opening = opening_text(nb)
     for part in ("**You will learn**", "**Prerequisites**", "**Runtime**"):
-        assert part in first.source, f"{stem}: no {part} in the first cell"
-    runtime = first.source.split("**Runtime**")[1].split("\n\n")[0]
+        assert part in opening, f"{stem}: no {part} before the first code cell"
+    runtime = opening.split("**Runtime**")[1].split("\n\n")[0]
     assert "fast" in runtime and "full" in runtime
-    opening = cells[1]
-    assert opening.cell_type == "code"
-    for needle in ("version", "config.SETTINGS.backend", "default_device()"):
-        assert needle in opening.source, f"{stem}: opening cell lacks {needle}"
+    # issue 22: versions, engine and device in one helper call, a short first cell
+    first = first_code_cell(nb).source
+    assert "config.environment_report(" in first, stem
+    assert len(first.splitlines()) <= 15, stem
+
+
+@pytest.mark.parametrize("stem", STEMS)
+def test_markdown_cells_are_short_and_lines_fit(stem: str) -> None:
+    """Issue 22: no wall of text (a markdown cell of at most about 200 words) and
+    every line, markdown included, within 88 characters."""
+    for index, cell in enumerate(read_notebook(stem).cells):
+        if cell.cell_type == "markdown":
+            assert len(cell.source.split()) <= 200, (stem, index)
+        for line in cell.source.splitlines():
+            assert len(line) <= 88, (stem, index, line)
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -202,7 +255,7 @@ def test_stubs_report_not_yet_without_raising(stem: str) -> None:
     namespace = opening_namespace(stem)
     run_cells(tagged(stem, "exercise"), namespace)
     stubs = {name: namespace[name] for name in EXERCISE_NAMES[stem]}
-    namespace = opening_namespace(stem)
+    namespace = check_namespace(stem)
     namespace.update(stubs)
     output = run_cells(tagged(stem, "self-check"), namespace)
     results = [line for line in output.splitlines() if line.startswith("exercise ")]
@@ -229,6 +282,14 @@ def test_solutions_directly() -> None:
     s04 = load_solution("04_datum_alignment")
     assert s04.trained_target([1, 2, 3], [7, 8], 1) is None
     assert s04.trained_target([1, 2, 3], [7, 8], 3) == 8
+    import torch
+
+    lp = torch.tensor([[-1.0, -2.0, -0.5]], requires_grad=True)
+    mask = torch.tensor([[False, True, True]])
+    loss = s04.importance_sampling_loss(lp, lp.detach(), torch.full((1, 3), 2.0), mask)
+    assert float(loss.detach()) == pytest.approx(-4.0)  # ratio 1: -A per token
+    (grad,) = torch.autograd.grad(loss, lp)
+    assert grad.tolist() == [[0.0, -2.0, -2.0]]
 
 
 # Texts for comparing the exercise's last_boxed with extract_boxed, built from pieces:
@@ -353,6 +414,47 @@ def test_03_simulation_agrees_with_the_formula() -> None:
             observed = simulate(pass_rate, group_size, num_groups, rng)
             std_error = math.sqrt(max(formula * (1 - formula), 1e-6) / num_groups)
             assert abs(observed - formula) < 5 * std_error
+
+
+def test_03_exact_policy_gradient_is_the_derivative_of_j() -> None:
+    """The notebook's exact gradient against finite differences of J, and its
+    score-function estimate within four standard errors of it, with and without a
+    baseline, on several policies."""
+    ns = taught("03_group_advantages")
+    softmax, exact = ns["softmax"], ns["exact_gradient"]
+    sampled = ns["score_function_samples"]
+    rng = np.random.default_rng(1)
+    for _ in range(5):
+        logits = rng.normal(size=5)
+        rewards_ = rng.uniform(0, 1, size=5)
+
+        def j(theta, rewards_=rewards_):
+            return softmax(theta) @ rewards_
+
+        step = 1e-6
+        numeric = [
+            (j(logits + step * e) - j(logits - step * e)) / (2 * step)
+            for e in np.eye(5)
+        ]
+        assert np.allclose(exact(logits, rewards_), numeric, atol=1e-8)
+        for baseline in (0.0, j(logits)):
+            samples = sampled(logits, rewards_, 50_000, rng, baseline=baseline)
+            error = samples.std(axis=0, ddof=1) / math.sqrt(len(samples))
+            assert np.all(
+                np.abs(samples.mean(axis=0) - exact(logits, rewards_)) <= 4 * error
+            )
+
+
+def test_03_a_baseline_lowers_the_variance_but_not_the_mean() -> None:
+    ns = taught("03_group_advantages")
+    sampled, softmax = ns["score_function_samples"], ns["softmax"]
+    logits, rewards_ = np.array([0.5, -0.5, 1.0, 0.0]), np.array([1.0, 1.0, 0.2, 0.0])
+    plain = sampled(logits, rewards_, 100_000, np.random.default_rng(0))
+    centred = sampled(
+        logits, rewards_, 100_000, np.random.default_rng(0), softmax(logits) @ rewards_
+    )
+    assert centred.var(axis=0).sum() < plain.var(axis=0).sum() / 2
+    assert np.allclose(centred.mean(axis=0), plain.mean(axis=0), atol=0.01)
 
 
 def test_03_quoted_numbers() -> None:

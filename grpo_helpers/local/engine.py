@@ -576,15 +576,15 @@ class LocalTrainingClient:
         targets = targets.to(logprobs.device)
         values = values.to(logprobs.device).transpose(0, 1)  # [3, B, W]
         policy = job.loss != "cross_entropy"
-        per_token = losses.token_loss(
+        return losses.loss_sum(
             job.loss,
             logprobs,
             old=values[1] if policy else None,
             advantages=values[2] if policy else None,
             weights=None if policy else values[0],
             config=job.config,
+            mask=targets != -100,
         )
-        return torch.where(targets != -100, per_token, 0.0).sum()
 
     def _run_forward(self, job: _ForwardJob, backward: bool) -> ForwardBackwardOutput:
         """Compute target logprobs and the loss; backpropagate it when asked.

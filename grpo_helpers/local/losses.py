@@ -45,6 +45,8 @@ from collections.abc import Mapping
 
 import torch
 
+__all__ = ["IMPLEMENTED", "clip_bounds", "loss_sum", "token_loss"]
+
 IMPLEMENTED = ("cross_entropy", "importance_sampling", "ppo", "cispo")
 DEFAULT_CLIP_LOW = 0.8
 DEFAULT_CLIP_HIGH = 1.2
@@ -91,3 +93,31 @@ def token_loss(
     if name == "cispo":
         return -ratio.clamp(lo, hi).detach() * advantages * logprobs
     raise ValueError(f"Unsupported loss function type: {name}")
+
+
+def loss_sum(
+    name: str,
+    logprobs: torch.Tensor,
+    old: torch.Tensor | None,
+    advantages: torch.Tensor | None,
+    weights: torch.Tensor | None,
+    config: Mapping[str, object] | None,
+    mask: torch.Tensor,
+) -> torch.Tensor:
+    """The engine's ``loss_sum``: :func:`token_loss` summed where ``mask`` is true.
+
+    ``forward_backward`` calls this on every micro-batch (``mask`` is
+    ``target_tokens != -100``: the positions that have a target, padding excluded)
+    and backpropagates it; the exercise checks of notebooks 04 and 05 compare a
+    learner's loss with its value and its gradient.
+
+    Example::
+
+        >>> lp = torch.tensor([[-1.0, -2.0, -3.0]])
+        >>> adv = torch.tensor([[1.0, -1.0, 5.0]])
+        >>> mask = torch.tensor([[True, True, False]])
+        >>> float(loss_sum("importance_sampling", lp, lp, adv, None, None, mask))
+        0.0
+    """
+    per_token = token_loss(name, logprobs, old, advantages, weights, config)
+    return torch.where(mask, per_token, 0.0).sum()

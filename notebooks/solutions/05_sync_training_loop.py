@@ -6,37 +6,83 @@ package.
 
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 
-def loss_sum_by_hand(datums, fb_output):
-    """Exercise 1: the ``loss_sum`` of the ``importance_sampling`` loss.
+def ppo_clipped_loss(logprobs, old_logprobs, advantages, mask, clip_low, clip_high):
+    """Exercise 1: the engine's ``ppo`` loss on a padded batch.
 
-    Every position of every Datum contributes ``-exp(learner - sampled) * advantage``.
-    The prompt positions have advantage 0, so they add nothing, whatever their
-    logprobs.
+    Per trained token, ``-min(ratio * A, clip(ratio, clip_low, clip_high) * A)``: the
+    smaller of the two objectives, so a token whose ratio has already moved past a
+    bound in the direction its advantage pushes gets no more push (no gradient),
+    while a token whose ratio moved the other way keeps its full, unclipped term.
 
     Args:
-        datums: the ``pytrio.Datum`` list sent to ``forward_backward``.
-        fb_output: its ``ForwardBackwardOutput``; ``loss_fn_outputs[i]["logprobs"]``
-            is the learner's logprob of each target of Datum ``i`` (shape ``[L]``).
+        logprobs: ``[B, T]`` the learner's logprobs (with grad).
+        old_logprobs: ``[B, T]`` the sampler's logprobs.
+        advantages: ``[B, T]`` each token's advantage.
+        mask: ``[B, T]`` bool, True where a position is trained.
+        clip_low, clip_high: the ratio's bounds (``1 - epsilon``, ``1 + epsilon``;
+            clip-higher makes the upper one larger).
 
     Returns:
-        The loss sum, a float (``fb_output.metrics["loss_sum"]`` up to float32
-        rounding).
+        A scalar tensor: the engine's ``loss_sum`` for ``loss_fn="ppo"``.
     """
-    total = 0.0
-    for item, output in zip(datums, fb_output.loss_fn_outputs, strict=True):
-        sampled = np.asarray(item.loss_fn_inputs["logprobs"].tolist(), dtype=float)
-        adv = np.asarray(item.loss_fn_inputs["advantages"].tolist(), dtype=float)
-        learner = np.asarray(output["logprobs"].tolist(), dtype=float)
-        total += float(np.sum(-np.exp(learner - sampled) * adv))
-    return total
+    import torch
+
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = ratio * advantages
+    clipped = ratio.clamp(clip_low, clip_high) * advantages
+    return torch.where(mask, -torch.minimum(unclipped, clipped), 0.0).sum()
+
+
+def grpo_step(training_client, prompts, responses, rewards, adam_params):
+    """Exercise 2: one GRPO update, from sampled groups and their rewards.
+
+    For each group: skip it when its rewards are all equal (degenerate: every
+    advantage would be 0); otherwise give each completion ``reward - mean`` and
+    turn it into a Datum (notebook 04). Then one ``forward_backward`` with the
+    ``importance_sampling`` loss and one ``optim_step``, each waited on.
+
+    Args:
+        training_client: the policy's ``TrainingClient``.
+        prompts: one list of prompt token ids per group.
+        responses: one ``SampleResponse`` per group (its ``sequences`` hold each
+            completion's ``tokens`` and ``logprobs``).
+        rewards: one list of rewards per group, one per completion.
+        adam_params: the ``pytrio.AdamParams`` of the update.
+
+    Returns:
+        ``(ForwardBackwardOutput, OptimStepResponse)``, or None when every group is
+        degenerate (nothing is sent).
+    """
+    from grpo_helpers import datum
+
+    datums = []
+    for prompt, response, group_rewards in zip(
+        prompts, responses, rewards, strict=True
+    ):
+        if max(group_rewards) == min(group_rewards):
+            continue
+        mean = sum(group_rewards) / len(group_rewards)
+        for sequence, reward in zip(response.sequences, group_rewards, strict=True):
+            sample = datum.RolloutSample(
+                list(sequence.tokens),
+                list(sequence.logprobs),
+                "",
+                reward,
+                reward - mean,
+            )
+            datums.append(datum.build_grpo_datum(prompt, sample))
+    if not datums:
+        return None
+    fb_future = training_client.forward_backward(datums, loss_fn="importance_sampling")
+    optim_future = training_client.optim_step(adam_params)
+    return fb_future.result(), optim_future.result()
 
 
 def step_summary(samples: pd.DataFrame, step: int) -> dict[str, float]:
-    """Exercise 2: reward_mean, accuracy and frac_degenerate of one step.
+    """Exercise 3: reward_mean, accuracy and frac_degenerate of one step.
 
     Args:
         samples: ``training.load_samples(run_dir)``, one row per completion.
@@ -86,54 +132,152 @@ _ROWS = [
 #: arguments from literal data in the graded cell (``prepare``) and turns what the
 #: function returns into literals (``project``). This file never ships to students.
 HIDDEN_CASES = {
-    # Each case: Datums as (prompt, completion, sampled logprobs, advantage,
-    # learner logprobs of all P + C - 1 positions). The ForwardBackwardOutput has
-    # no metrics, so returning fb_output.metrics["loss_sum"] fails.
-    "loss_sum_by_hand": {
+    # Each case: logprobs, old logprobs, advantages, mask ([B, T]) and the bounds;
+    # the expected value is the loss and its gradient with respect to logprobs.
+    # The ratios sit on both sides of both bounds, with advantages of both signs.
+    "ppo_clipped_loss": {
         "cases": [
-            [
-                ([1, 2, 3], [4, 5], [-0.5, -1.2], 0.75, [0.3, -0.2, -0.4, -1.0]),
-                (
-                    [1, 2, 3],
-                    [6, 7, 8],
-                    [-0.1, -0.2, -0.3],
-                    -0.25,
-                    [0.1, 0.5, -0.3, -0.1, -0.35],
-                ),
-            ],
-            [([7], [9, 9, 2], [-2.0, -0.7, -0.05], -1.5, [-1.4, -0.9, -0.01])],
-            [
-                ([5, 6], [7], [-0.3], 0.0, [-9.0, -0.2]),
-                ([5, 6], [8, 9], [-0.6, -0.8], 1.0, [2.0, -0.5, -0.7]),
-            ],
+            (
+                [[-0.5, -0.2, -1.0, -0.3], [-0.1, -2.0, -0.7, -0.7]],
+                [[0.0, -0.8, -0.4, -0.5], [0.0, -1.5, -1.2, -0.6]],
+                [[0.5, 0.5, 0.5, 0.5], [-1.0, -1.0, -1.0, -1.0]],
+                [[False, True, True, True], [False, True, True, False]],
+                0.8,
+                1.2,
+            ),
+            (
+                [[-1.0, -1.0, -1.0, -1.0]],
+                [[-1.5, -0.5, -1.25, -0.9]],
+                [[1.0, -2.0, -0.5, 0.25]],
+                [[True, True, True, True]],
+                0.8,
+                1.28,
+            ),
+            (
+                [[-0.3, -0.9, -2.0], [-0.6, -0.05, -9.0]],
+                [[-0.9, -0.3, -2.0], [-0.2, -0.45, 0.0]],
+                [[-0.75, -0.75, -0.75], [2.0, 2.0, 2.0]],
+                [[True, True, False], [True, True, False]],
+                0.7,
+                1.3,
+            ),
         ],
-        "tol": 1e-4,
+        "tol": 1e-5,
+        "forbid": [
+            "grpo_helpers.local.losses.token_loss",
+            "grpo_helpers.local.losses.loss_sum",
+        ],
         "setup": """
 def prepare(case):
-    import numpy as np
-    import pytrio as trio
+    import torch
 
-    datums, outputs = [], []
-    for prompt, completion, sampled, advantage, learner in case:
-        pad = len(prompt) - 1
-        datums.append(
-            trio.Datum(
-                model_input=trio.ModelInput.from_ints(prompt + completion[:-1]),
-                loss_fn_inputs={
-                    "target_tokens": np.asarray([0] * pad + completion, np.int64),
-                    "logprobs": np.asarray([0.0] * pad + sampled, np.float32),
-                    "advantages": np.asarray(
-                        [0.0] * pad + [advantage] * len(completion), np.float32
-                    ),
-                },
-            )
-        )
-        logprobs = np.asarray(learner, np.float32)
-        outputs.append({"logprobs": trio.types.TensorData.from_numpy(logprobs)})
-    output = trio.types.ForwardBackwardOutput(
-        loss_fn_outputs=outputs, metrics={}, debug={}
+    logprobs, old, advantages, mask, low, high = case
+    return (
+        torch.tensor(logprobs, requires_grad=True),
+        torch.tensor(old),
+        torch.tensor(advantages),
+        torch.tensor(mask),
+        low,
+        high,
     )
-    return datums, output
+
+
+def project(result, args):
+    import torch
+
+    (gradient,) = torch.autograd.grad(result.reshape(()), args[0])
+    return [float(result.detach()), gradient.tolist()]
+""",
+    },
+    # Each case: groups of (prompt, completions as (tokens, logprobs), rewards). A
+    # fake training client records what it is sent: the Datums, the loss, the order
+    # of the calls, the optimiser's settings; the step's results are strings.
+    "grpo_step": {
+        "cases": [
+            [
+                ([1, 2, 3], [([4, 5], [-0.5, -0.1]), ([6], [-2.0])], [1.0, 0.0]),
+                (
+                    [1, 2, 3],
+                    [([7, 8, 9], [-0.3, -0.2, -0.1]), ([4], [-1.0])],
+                    [0.5, 0.5],
+                ),
+            ],
+            [
+                (
+                    [9],
+                    [([2, 2], [-0.2, -0.4]), ([3], [-0.6]), ([5, 6], [-1.0, -0.1])],
+                    [0.0, 1.0, 0.5],
+                )
+            ],
+            [([4, 4], [([1], [-0.1]), ([2], [-0.2])], [0.25, 0.25])],
+        ],
+        "tol": 1e-5,
+        "forbid": [
+            "grpo_helpers.training.build_step_datums",
+            "grpo_helpers.rollout.samples_from_response",
+        ],
+        "setup": """
+class FakeFuture:
+    def __init__(self, log, name):
+        self.log, self.name = log, name
+
+    def result(self, timeout=None):
+        self.log.append(("wait", self.name))
+        return f"{self.name} output"
+
+
+class FakeTrainingClient:
+    def __init__(self):
+        self.log, self.sent = [], {}
+
+    def forward_backward(self, data, loss_fn="cross_entropy", loss_fn_config=None):
+        self.log.append(("submit", "forward_backward"))
+        self.sent["forward_backward"] = (list(data), loss_fn)
+        return FakeFuture(self.log, "forward_backward")
+
+    def optim_step(self, adam_params):
+        self.log.append(("submit", "optim_step"))
+        self.sent["optim_step"] = adam_params
+        return FakeFuture(self.log, "optim_step")
+
+
+def prepare(case):
+    from types import SimpleNamespace
+
+    prompts, responses, rewards = [], [], []
+    for prompt, completions, group_rewards in case:
+        prompts.append(prompt)
+        sequences = [
+            SimpleNamespace(tokens=t, logprobs=lp, text="", stop_reason="stop")
+            for t, lp in completions
+        ]
+        responses.append(SimpleNamespace(sequences=sequences))
+        rewards.append(group_rewards)
+    return FakeTrainingClient(), prompts, responses, rewards, {"learning_rate": 1e-4}
+
+
+def project(result, args):
+    client = args[0]
+    data, loss_fn = client.sent.get("forward_backward", ([], None))
+
+    def values(datum, key):
+        return [float(v) for v in datum.loss_fn_inputs[key].tolist()]
+
+    return {
+        "returned": list(result) if isinstance(result, (tuple, list)) else result,
+        "calls": [f"{kind} {name}" for kind, name in client.log],
+        "loss_fn": loss_fn,
+        "adam_params": client.sent.get("optim_step"),
+        "datums": [
+            [
+                [int(t) for t in datum.model_input.to_ints()],
+                [int(t) for t in datum.loss_fn_inputs["target_tokens"].tolist()],
+                values(datum, "logprobs"),
+                values(datum, "advantages"),
+            ]
+            for datum in data
+        ],
+    }
 """,
     },
     # Each case: samples.jsonl rows (step, question_index, reward, exact) and a step.
@@ -159,13 +303,16 @@ def prepare(case):
 }
 
 
-# Exercise 3 (discussion). With reward="binary" a completion earns 1 only for a
-# right boxed answer. A small model rarely gets one, so most groups are all zeros:
-# frac_degenerate rises towards 1, and in steps where every group is degenerate
-# there are no datums, no update and no grad_norm (NaN in the metrics). The shaped
-# reward gives partial credit (a number close to the gold answer, a boxed answer),
-# so the rewards of a group almost always differ and every step updates. Its risk
-# is the one of notebook 02: the model can learn to earn the partial credit (box
-# something, write a number near the question's numbers) without getting answers
-# right, so the reward rises while exact accuracy stays flat. That is why the loop
-# logs exact accuracy apart from the reward.
+# Exercise 4 (discussion). With reward="right_answer" a right answer earns 0.5
+# without the box and 1.0 in it, so a weak model's groups have a spread more often:
+# frac_degenerate falls, more steps make an update, and fewer steps log grad_norm
+# as NaN (NaN marks a step with no update). The boxed share is the one to watch: in
+# a group whose only right answers are unboxed, those get a positive advantage, so
+# the box can lose ground (validation seed 4 boxed nothing from step 7 on,
+# bench/results/pilots-robust-defaults/README.md). Under "binary" degenerate groups
+# are more common while the model is weak (a group needs a right, boxed answer to
+# have a spread), so the first steps may make no update at all, but the box can only
+# gain. The shaped reward (notebook 02) gives almost every group a spread but pays
+# for a box alone and for near misses, so a run can learn the format and not the
+# arithmetic: the reward rises while exact accuracy stays flat. That is why the
+# loop logs exact accuracy and the boxed share apart from the reward.
