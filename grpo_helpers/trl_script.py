@@ -127,7 +127,7 @@ def build_trainer(
     from trl import GRPOConfig, GRPOTrainer
 
     from grpo_helpers.export import reward_names
-    from grpo_helpers.local.host import LORA_ALPHA
+    from grpo_helpers.local.adapters import LORA_ALPHA
     from grpo_helpers.local.models import pretrained_dir
 
     series = series_config(folder)

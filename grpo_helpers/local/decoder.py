@@ -42,6 +42,8 @@ import torch
 import torch.nn.functional as F
 from transformers.cache_utils import DynamicLayer
 
+from grpo_helpers.local.adapters import LORA_ALPHA, AdapterSnapshot
+
 
 class Decoder(Protocol):
     """What :func:`grpo_helpers.local.sampling.generate` calls."""
@@ -587,10 +589,10 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
-def _deltas(snapshot: Any) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
+def _deltas(
+    snapshot: AdapterSnapshot,
+) -> dict[str, tuple[torch.Tensor, torch.Tensor, float]]:
     """``{module: (A, B, alpha / r)}`` from a snapshot's LoRA tensors."""
-    from grpo_helpers.local.host import LORA_ALPHA
-
     scale = LORA_ALPHA / snapshot.spec.rank
     out: dict[str, tuple[torch.Tensor, torch.Tensor, float]] = {}
     for name, a in snapshot.tensors.items():

@@ -19,14 +19,13 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-import uuid
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
+from grpo_helpers.local.adapters import AdapterSnapshot, LoraSpec, linear_groups
 from grpo_helpers.local.decoder import (
     Decoder,
     HFDecoder,
@@ -35,97 +34,6 @@ from grpo_helpers.local.decoder import (
 )
 from grpo_helpers.local.models import load_model
 from grpo_helpers.local.sampling import GenerationRequest, generate
-
-LORA_ALPHA = 32
-"""LoRA scale numerator: the update is ``(alpha / rank) * B @ A``, as on PyTRIO's
-trainer (alpha 32 for every rank), so a larger rank does not mean larger steps."""
-
-_ATTN_PARENTS = ("self_attn", "attn", "attention", "self_attention")
-_MLP_PARENTS = ("mlp", "feed_forward", "ffn")
-
-
-@dataclass(frozen=True)
-class LoraSpec:
-    """The shape of a LoRA adapter: rank and which layer groups it adapts.
-
-    Attributes:
-        rank: the LoRA rank r (PyTRIO allows 4 to 64).
-        train_mlp: adapt the MLP projections (gate, up, down).
-        train_attn: adapt the attention projections (q, k, v, o).
-        train_unembed: adapt the output layer (``lm_head``).
-    """
-
-    rank: int
-    train_mlp: bool = True
-    train_attn: bool = True
-    train_unembed: bool = True
-
-    def target_modules(self, groups: dict[str, set[str]]) -> list[str]:
-        """Leaf names of the layers this spec adapts, from :func:`linear_groups`."""
-        names: set[str] = set()
-        if self.train_attn:
-            names |= groups["attn"]
-        if self.train_mlp:
-            names |= groups["mlp"]
-        if self.train_unembed:
-            names |= groups["unembed"]
-        return sorted(names)
-
-    def peft_config(self, groups: dict[str, set[str]]) -> Any:
-        """The ``peft.LoraConfig`` for this spec (no dropout, alpha 32)."""
-        from peft import LoraConfig
-
-        return LoraConfig(
-            r=self.rank,
-            lora_alpha=LORA_ALPHA,
-            lora_dropout=0.0,
-            target_modules=self.target_modules(groups),
-            bias="none",
-            task_type="CAUSAL_LM",
-        )
-
-
-def linear_groups(model: Any) -> dict[str, set[str]]:
-    """Leaf names of the model's ``nn.Linear`` layers: attention, MLP, unembedding.
-
-    For Llama-style models (SmolLM2): ``{q,k,v,o}_proj``, ``{gate,up,down}_proj`` and
-    ``lm_head``. Call it on the plain model, before peft wraps any layer.
-    """
-    groups: dict[str, set[str]] = {"attn": set(), "mlp": set(), "unembed": set()}
-    head = model.get_output_embeddings()
-    for qualified, module in model.named_modules():
-        if not isinstance(module, torch.nn.Linear):
-            continue
-        parts = qualified.split(".")
-        if module is head:
-            groups["unembed"].add(parts[-1])
-        elif any(p in _ATTN_PARENTS for p in parts[:-1]):
-            groups["attn"].add(parts[-1])
-        elif any(p in _MLP_PARENTS for p in parts[:-1]):
-            groups["mlp"].add(parts[-1])
-    return groups
-
-
-@dataclass(eq=False)
-class AdapterSnapshot:
-    """A frozen copy of LoRA weights: what a sampling client samples from.
-
-    Attributes:
-        spec: the adapter's shape.
-        tensors: LoRA A/B matrices by adapter-independent parameter name
-            (``model.layers.0.self_attn.q_proj.lora_A.weight``), on the host device.
-        base_model: the base model name the adapter belongs to.
-        name: the checkpoint name, or ``temp-sampling-<hex>`` for an unsaved one.
-    """
-
-    spec: LoraSpec
-    tensors: dict[str, torch.Tensor]
-    base_model: str
-    name: str = ""
-    id: str = field(default_factory=lambda: uuid.uuid4().hex)
-
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors.values())
 
 
 class ModelHost:
@@ -443,3 +351,7 @@ def get_host(
             if "batch_window_s" in scheduler_options:
                 host.scheduler.window = float(scheduler_options["batch_window_s"])
         return host
+
+
+# Moved to grpo_helpers.local.adapters (issue 24); re-exported here for one release.
+from grpo_helpers.local.adapters import LORA_ALPHA  # noqa: E402, F401
