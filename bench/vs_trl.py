@@ -221,9 +221,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     from step_time import PeakMemory
 
-    from grpo_helpers import export
+    from grpo_helpers import trl_mapping
 
-    missing = export.trl_missing()
+    missing = trl_mapping.trl_missing()
     if missing:
         raise SystemExit(missing)
     config = run_config(args)
@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"prompts={config.batch_size} group_size={config.group_size} "
         f"max_tokens={config.max_tokens} temperature={config.temperature} "
         f"lora_rank={config.lora_rank} repeats={args.repeats} "
-        f"trl={export.trl_version()} torch={torch.__version__}"
+        f"trl={trl_mapping.trl_version()} torch={torch.__version__}"
     )
     print(f"{'':10}{'local':>10}{'TRL':>10}{'TRL/local':>11}   (median seconds)")
     for k in PHASES:

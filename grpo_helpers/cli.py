@@ -220,17 +220,17 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from grpo_helpers import export
+    from grpo_helpers import export, trl_mapping
 
-    missing = export.trl_missing()
+    missing = trl_mapping.trl_missing()
     if missing:
         print(f"error: {missing}", file=sys.stderr)
         return 2
-    version = export.trl_version()
-    if version != export.TRL_VERSION:
+    version = trl_mapping.trl_version()
+    if version != trl_mapping.TRL_VERSION:
         print(
             f"warning: TRL {version} is installed; the mapping was checked against "
-            f"TRL {export.TRL_VERSION} (pip install -e '.[trl]')",
+            f"TRL {trl_mapping.TRL_VERSION} (pip install -e '.[trl]')",
             file=sys.stderr,
         )
     values = {}

@@ -1,9 +1,8 @@
 """The same run on Hugging Face TRL: ``python -m grpo_helpers export trl``.
 
-A run of the series is a :class:`~grpo_helpers.config.GRPOConfig`. This module maps
-every one of its fields onto TRL's ``GRPOTrainer`` (TRL 1.16.0) or refuses the
-export, naming the field and why TRL cannot express it: nothing is dropped
-silently. :func:`export_trl` writes a folder that trains the run with TRL::
+:func:`export_trl` writes a folder that trains a run of the series with TRL's
+``GRPOTrainer``, from the mapping of :mod:`grpo_helpers.trl_mapping` (every setting
+mapped, or the export refused with the reason)::
 
     train_grpo.py              the script (a copy of grpo_helpers/trl_script.py)
     series_config.json         the series' GRPOConfig: the data, prompt and reward
@@ -13,485 +12,29 @@ silently. :func:`export_trl` writes a folder that trains the run with TRL::
     accelerate/multi_gpu.yaml
     README.md                  how to launch each, the mapping table, the
                                differences between the two objectives
-
-The losses are compared, not assumed: ``tests/test_trl_oracle.py`` computes TRL's
-own loss and the series' on the same tensors for each mapping below, and each known
-difference (:data:`KNOWN_DIFFERENCES`) names the test that pins it.
+                               (:mod:`grpo_helpers.export_readme`)
 
 Introduced in: README.md, "When you outgrow this laptop" (after notebook 08)
 """
 
 from __future__ import annotations
 
-import importlib.metadata
-import importlib.util
 import json
 import shutil
-from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-import pytrio as trio
-
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.export_readme import readme
+from grpo_helpers.trl_mapping import TRL_VERSION, reward_names, trl_settings
 
-__all__ = [
-    "FIELD_RULES",
-    "KNOWN_DIFFERENCES",
-    "LOSS_TYPES",
-    "TRL_VERSION",
-    "ExportRefused",
-    "export_trl",
-    "loss_scale",
-    "refusals",
-    "reward_names",
-    "trl_missing",
-    "trl_settings",
-]
+__all__ = ["MULTI_GPU_PROCESSES", "export_trl"]
 
-#: The TRL release the mapping was checked against (tests/test_trl_oracle.py).
-TRL_VERSION = "1.16.0"
-INSTALL_HINT = (
-    "pip install -e '.[trl]' in the grpo-notebooks checkout (TRL 1.16.0; it needs "
-    "Python >= 3.11)"
-)
-
-#: The series' optimiser settings beyond its config (eps, weight decay, clipping):
-#: ``pytrio.AdamParams``' defaults, which the training loop keeps.
-ADAM = trio.AdamParams()
-
-#: The series' normalisation -> TRL's ``loss_type`` (see :func:`loss_scale`).
-LOSS_TYPES = {
-    "token_sum": "dr_grpo",
-    "constant": "dr_grpo",
-    "sequence_mean": "grpo",
-    "token_mean": "dapo",
-}
-
-
-@dataclass(frozen=True)
-class FieldRule:
-    """How one field of the series' ``GRPOConfig`` becomes a TRL setting.
-
-    Attributes:
-        trl: the TRL settings it sets (``GRPOConfig`` keys of TRL), or where else
-            the value goes (the LoRA config, the dataset, an environment variable).
-        how: one line on how the value maps (or when it is refused).
-    """
-
-    trl: tuple[str, ...]
-    how: str
-
-
-#: One rule per field of the series' ``GRPOConfig`` (a test fails when a new field
-#: has none). The refusals are :func:`refusals`.
-FIELD_RULES: dict[str, FieldRule] = {
-    "base_model": FieldRule(
-        ("model",),
-        "the policy; train_grpo.py loads it through local.models.pretrained_dir "
-        "(SmolLM2's offline copy and tiny-random become local folders)",
-    ),
-    "lora_rank": FieldRule(
-        ("LoraConfig.r",),
-        "peft LoraConfig(r, lora_alpha=32, lora_dropout=0, target_modules="
-        "'all-linear'): every linear layer but lm_head (see the differences)",
-    ),
-    "steps": FieldRule(
-        ("max_steps",), "steps x updates_per_batch: TRL counts optimiser steps"
-    ),
-    "all_data": FieldRule(
-        ("num_train_epochs", "max_steps"), "one pass: num_train_epochs=1, max_steps=-1"
-    ),
-    "limit": FieldRule(("dataset",), "the first `limit` rows of the train split"),
-    "batch_size": FieldRule(
-        ("per_device_train_batch_size", "gradient_accumulation_steps"),
-        "batch_size x group_size completions per optimiser step, one generation "
-        "each (steps_per_generation=1); train_grpo.py divides the per-device "
-        "batch among the processes",
-    ),
-    "group_size": FieldRule(("num_generations",), "the same G"),
-    "max_tokens": FieldRule(("max_completion_length",), "the same budget"),
-    "temperature": FieldRule(
-        ("temperature",),
-        "the same; refused at 0 (TRL always samples). TRL's logprobs are of "
-        "logits / T (see the differences)",
-    ),
-    "top_p": FieldRule(("top_p", "top_k"), "the same top_p; top_k=0 (off), as here"),
-    "seed": FieldRule(
-        ("seed",),
-        "the same seed (the arithmetic problems' too); TRL's random streams differ, "
-        "so the completions differ",
-    ),
-    "learning_rate": FieldRule(
-        ("learning_rate", "lr_scheduler_type", "warmup_steps"),
-        "the same, constant (TRL's default schedule decays linearly)",
-    ),
-    "beta1": FieldRule(("adam_beta1",), "the same"),
-    "beta2": FieldRule(
-        ("adam_beta2", "adam_epsilon", "weight_decay", "optim"),
-        "the same; with pytrio.AdamParams' other defaults: eps 1e-12, no weight decay",
-    ),
-    "reward": FieldRule(
-        ("reward_funcs", "reward_weights"),
-        "the series' reward, imported and wrapped in TRL's signature; the exact "
-        "grade (binary) is logged beside it with weight 0",
-    ),
-    "advantage_scale": FieldRule(
-        ("scale_rewards",),
-        "none -> none (equal); group -> group (TRL's std is Bessel-corrected)",
-    ),
-    "weights_name": FieldRule(("run_name",), "the run's name (without SwanLab)"),
-    "swanlab": FieldRule(
-        ("report_to",), "['swanlab'] (transformers' SwanLab callback)"
-    ),
-    "swanlab_project": FieldRule(("SWANLAB_PROJECT",), "set by train_grpo.py"),
-    "swanlab_experiment_name": FieldRule(("run_name",), "with SwanLab on"),
-    "swanlab_mode": FieldRule(("SWANLAB_MODE",), "set by train_grpo.py"),
-    "backend": FieldRule(
-        ("model",), "chooses the default base model only: the engine is now TRL"
-    ),
-    "run_dir": FieldRule(
-        ("output_dir",), "runs/<the run directory's name>-trl, where it is launched"
-    ),
-    "save_every": FieldRule(
-        ("save_strategy", "save_steps"),
-        "every save_every x updates_per_batch optimiser steps; 0: the final "
-        "adapter only",
-    ),
-    "eval_limit": FieldRule((), "refused when > 0: TRL does not run the series' eval"),
-    "dataset": FieldRule(
-        ("dataset",), "training.load_split: the same rows, in order (no shuffle)"
-    ),
-    "difficulty": FieldRule(("dataset",), "the arithmetic problems' difficulty"),
-    "loss_fn": FieldRule(
-        ("loss_type", "epsilon", "epsilon_high"),
-        "ppo -> TRL's clipped loss (the same formula); importance_sampling -> the "
-        "same at mu=1 (ratio 1: the clip never acts); cispo -> cispo",
-    ),
-    "updates_per_batch": FieldRule(("num_iterations",), "mu, the same"),
-    "clip_low": FieldRule(("epsilon",), "epsilon = 1 - clip_low"),
-    "clip_high": FieldRule(
-        ("epsilon_high",), "epsilon_high = clip_high - 1 (cispo: clip_high itself)"
-    ),
-    "kl_coef": FieldRule(
-        ("beta", "use_bias_correction_kl"),
-        "beta = kl_coef; the two KL terms differ (see the differences)",
-    ),
-    "measure_kl": FieldRule(
-        ("beta",), "TRL logs the KL when beta > 0; refused with kl_coef = 0"
-    ),
-    "normalization": FieldRule(
-        ("loss_type",),
-        "token_sum, constant -> dr_grpo; sequence_mean -> grpo; token_mean -> dapo "
-        "(batch_size 1 only); equal losses up to the factor c below",
-    ),
-    "mask_truncated": FieldRule(
-        ("mask_truncated_completions",),
-        "the same: a completion cut off at the budget (the series: stop_reason "
-        "'length'; TRL: no end-of-sequence token) is left out of the loss, its "
-        "reward still counts in its group's mean",
-    ),
-    "grad_clip_norm": FieldRule(
-        ("max_grad_norm",),
-        "grad_clip_norm / c: TRL's loss, so its gradient, is the series' divided by "
-        "c (below), so it clips at the same point; 0: no clipping",
-    ),
-}
-
-
-class ExportRefused(ValueError):
-    """Settings TRL cannot express; ``refused`` holds ``(field, reason)`` pairs."""
-
-    def __init__(self, refused: list[tuple[str, str]]) -> None:
-        self.refused = refused
-        lines = [f"{name}: {reason}" for name, reason in refused]
-        super().__init__(
-            "cannot export to TRL, it cannot express these settings:\n  "
-            + "\n  ".join(lines)
-        )
-
-
-def refusals(config: GRPOConfig) -> list[tuple[str, str]]:
-    """The settings of ``config`` that TRL 1.16 cannot express, with the reason.
-
-    Args:
-        config: the series' run.
-
-    Returns:
-        ``(field, reason)`` pairs; empty when the run can be exported.
-
-    Example:
-        >>> refusals(GRPOConfig(temperature=0.0, backend="local"))[0][0]
-        'temperature'
-    """
-    out: list[tuple[str, str]] = []
-    if config.temperature <= 0:
-        out.append(
-            (
-                "temperature",
-                "TRL samples every completion and divides the logits by the "
-                "temperature: 0 (greedy) cannot be expressed, and a greedy group "
-                "would be degenerate anyway",
-            )
-        )
-    if config.normalization == "token_mean" and config.batch_size > 1:
-        out.append(
-            (
-                "normalization",
-                "token_mean divides each group's tokens by that group's token count; "
-                "TRL's dapo divides by the whole batch's, which weighs the groups "
-                "differently when batch_size > 1. Export it with batch_size=1 (dapo "
-                "then equals it), or choose another normalization",
-            )
-        )
-    if config.loss_fn == "importance_sampling" and config.updates_per_batch > 1:
-        out.append(
-            (
-                "loss_fn",
-                "TRL's GRPO losses always clip the ratio and importance_sampling "
-                "does not: equal at updates_per_batch=1 (ratio 1), not after the "
-                "first update. Use loss_fn=ppo for updates_per_batch > 1",
-            )
-        )
-    if config.loss_fn == "cispo":
-        if config.updates_per_batch > 1:
-            out.append(
-                (
-                    "loss_fn",
-                    "TRL's cispo caps the ratio from above only; the series' cispo "
-                    "also clips it below clip_low, which acts once "
-                    "updates_per_batch > 1",
-                )
-            )
-        if config.normalization != "token_mean" or config.batch_size != 1:
-            out.append(
-                (
-                    "normalization",
-                    "TRL's cispo always averages over the batch's tokens (as dapo); "
-                    "that is the series' token_mean with batch_size=1 only",
-                )
-            )
-    if config.measure_kl and config.kl_coef == 0:
-        out.append(
-            (
-                "measure_kl",
-                "TRL computes the KL to the reference model only when beta > 0 "
-                "(otherwise it loads none); it cannot log the KL of an unpenalised "
-                "run. Set kl_coef > 0 or measure_kl=False",
-            )
-        )
-    if config.eval_limit > 0:
-        out.append(
-            (
-                "eval_limit",
-                "the series evaluates after training with its own sampler; TRL's "
-                "trainer has no such step. Export with eval_limit=0",
-            )
-        )
-    return out
-
-
-def loss_scale(config: GRPOConfig) -> float:
-    """``c`` such that the series' loss is ``c`` times TRL's on the same batch.
-
-    The local engine minimises a plain sum of per-token losses (notebook 08); TRL
-    divides it by the normalisation of its ``loss_type``. With ``N = batch_size x
-    group_size`` completions and ``L = max_tokens``:
-
-    * token_sum -> dr_grpo (``sum / (N L)``): ``c = N L``;
-    * constant (``s_i = 1/L``) -> dr_grpo: ``c = N``;
-    * sequence_mean (``s_i = 1/|o_i|``) -> grpo (the mean over sequences): ``c = N``;
-    * token_mean with one group -> dapo (the batch's token mean): ``c = 1``;
-    * cispo (token_mean, one group) -> cispo: ``c = 1``.
-
-    ``c`` depends on the batch's shape only, so the gradients differ by the same
-    constant, and Adam makes the same update (up to its epsilon); gradient
-    clipping maps to ``max_grad_norm = grad_clip_norm / c``, the same point.
-
-    Example:
-        >>> loss_scale(GRPOConfig(batch_size=2, group_size=8, max_tokens=48))
-        768.0
-    """
-    sequences = config.batch_size * config.group_size
-    if config.loss_fn == "cispo" or config.normalization == "token_mean":
-        return 1.0
-    if config.normalization == "token_sum":
-        return float(sequences * config.max_tokens)
-    return float(sequences)
-
-
-def reward_names(config: GRPOConfig) -> list[str]:
-    """The reward functions the TRL run gets: the run's reward, then the exact grade
-    (``binary``, weight 0: logged as the series logs its accuracy)."""
-    return [config.reward] + ([] if config.reward == "binary" else ["binary"])
-
-
-def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
-    """TRL ``GRPOConfig`` keyword arguments for the series' run.
-
-    Args:
-        config: the series' run.
-        target: ``"gpu"`` keeps TRL's GPU defaults (bf16, gradient checkpointing);
-            ``"cpu"`` turns both off and runs on the CPU.
-
-    Returns:
-        The settings, for one process: ``train_grpo.py`` divides
-        ``per_device_train_batch_size`` by the number of processes it runs on.
-
-    Raises:
-        ExportRefused: a setting TRL cannot express (:func:`refusals`).
-    """
-    if target not in ("gpu", "cpu"):
-        raise ValueError(f"target must be 'gpu' or 'cpu', got {target!r}")
-    refused = refusals(config)
-    if refused:
-        raise ExportRefused(refused)
-    mu = config.updates_per_batch
-    cispo = config.loss_fn == "cispo"
-    settings: dict[str, Any] = {
-        # relative to where the run is launched: a run_dir written on one machine
-        # (notebooks write absolute ones) means nothing on the GPU machine
-        "output_dir": f"runs/{config.run_path.name}-trl",
-        "run_name": (
-            config.swanlab_experiment_name if config.swanlab else config.weights_name
-        ),
-        "seed": config.seed,
-        # one optimiser step per batch of batch_size prompts x group_size completions
-        "per_device_train_batch_size": config.batch_size * config.group_size,
-        "gradient_accumulation_steps": 1,
-        "steps_per_generation": 1,
-        "num_generations": config.group_size,
-        "shuffle_dataset": False,
-        "max_steps": -1 if config.all_data else config.steps * mu,
-        "num_train_epochs": 1,
-        # sampling
-        "max_completion_length": config.max_tokens,
-        "temperature": config.temperature,
-        "top_p": config.top_p,
-        "top_k": 0,
-        "chat_template_kwargs": {"enable_thinking": False},
-        # the optimiser: pytrio.AdamParams, constant learning rate
-        "learning_rate": config.learning_rate,
-        "lr_scheduler_type": "constant",
-        "warmup_steps": 0,
-        "optim": "adamw_torch",
-        "adam_beta1": config.beta1,
-        "adam_beta2": config.beta2,
-        "adam_epsilon": ADAM.eps,
-        "weight_decay": ADAM.weight_decay,
-        # clipping at the same point: TRL's gradient is the series' divided by c
-        "max_grad_norm": (
-            config.grad_clip_norm / loss_scale(config) if config.grad_clip_norm else 0.0
-        ),
-        # the objective
-        "loss_type": "cispo" if cispo else LOSS_TYPES[config.normalization],
-        "num_iterations": mu,
-        "epsilon": round(1.0 - config.clip_low, 12),
-        "epsilon_high": (
-            config.clip_high if cispo else round(config.clip_high - 1.0, 12)
-        ),
-        "importance_sampling_level": "token",
-        "beta": config.kl_coef,
-        "use_bias_correction_kl": True,
-        "scale_rewards": config.advantage_scale,
-        "mask_truncated_completions": config.mask_truncated,
-        "disable_dropout": True,
-        "reward_weights": [1.0] + [0.0] * (len(reward_names(config)) - 1),
-        # logging and saving
-        "logging_steps": 1,
-        "report_to": ["swanlab"] if config.swanlab else "none",
-        "save_strategy": "steps" if config.save_every > 0 else "no",
-    }
-    if config.save_every > 0:
-        settings["save_steps"] = config.save_every * mu
-    if target == "gpu":
-        settings |= {"bf16": True, "activation_checkpointing": True}
-    else:
-        settings |= {"bf16": False, "activation_checkpointing": False, "use_cpu": True}
-    return settings
-
-
-@dataclass(frozen=True)
-class Difference:
-    """A known difference between the series' objective and TRL 1.16's.
-
-    Attributes:
-        name: a short title.
-        text: one or two sentences (the exported README prints them).
-        test: the test of ``tests/test_trl_oracle.py`` that pins it down.
-    """
-
-    name: str
-    text: str
-    test: str
-
-
-KNOWN_DIFFERENCES: tuple[Difference, ...] = (
-    Difference(
-        "default loss_type",
-        "TRL 1.16's default `loss_type` is `dapo`, a token mean over the whole "
-        "generation batch; `grpo` is the per-sequence mean and `dr_grpo` divides by "
-        "the number of sequences times `max_completion_length`. The export always "
-        "writes `loss_type`, from the series' normalisation.",
-        "test_trl_losses_equal_the_series_for_every_normalisation",
-    ),
-    Difference(
-        "group std",
-        "TRL's group standard deviation is Bessel-corrected (divided by G - 1) with "
-        "1e-4 added; the series divides by the population std (G) plus 1e-4. With "
-        "`scale_rewards='group'` TRL's advantages are about sqrt((G-1)/G) of the "
-        "series' (0.935 for G = 8), a factor Adam absorbs; with `'none'` they are "
-        "equal, and a degenerate group gets 0 on both sides.",
-        "test_trl_advantages_against_the_series",
-    ),
-    Difference(
-        "temperature",
-        "TRL computes logprobs from the logits divided by the sampling temperature; "
-        "the local engine scores at temperature 1 (the T != 1 mismatch notebook 05 "
-        "mentions). At T = 0.6 TRL trains log pi_T, the series log pi.",
-        "test_trl_logprobs_are_tempered_and_the_engines_are_not",
-    ),
-    Difference(
-        "KL",
-        "TRL adds beta times the k3 estimate to each token's loss, multiplied by the "
-        "ratio by default in 1.16 (`use_bias_correction_kl`), and normalises it with "
-        "the loss; the series adds beta (mean d - d_t) to each token's advantage, "
-        "unnormalised. At ratio 1 TRL's per-token gradient is beta d_t times the "
-        "token's weight, the series' beta (d_t - mean d): the same up to a baseline.",
-        "test_trl_kl_against_the_series_kl_penalty",
-    ),
-    Difference(
-        "GPU defaults",
-        "TRL's defaults assume a GPU (`bf16=True`, gradient checkpointing on); "
-        "grpo_config_cpu.yaml turns both off.",
-        "test_trl_defaults_assume_a_gpu_and_the_cpu_export_turns_them_off",
-    ),
-    Difference(
-        "Python",
-        "TRL 1.16 needs Python 3.11 or newer, so the `trl` extra installs only there.",
-        "test_the_trl_extra_needs_python_3_11",
-    ),
-    Difference(
-        "lm_head",
-        "TRL 1.16 refuses a LoRA adapter on `lm_head`; the series' adapter also "
-        "adapts it, the exported one adapts every other linear layer.",
-        "test_trl_refuses_an_adapter_on_lm_head",
-    ),
-)
-
-
-# ------------------------------------------------------------------ the folder
-
+#: The exported script's source: copied, never imported by the package.
+SCRIPT = Path(__file__).with_name("trl_script.py")
 
 #: GPUs ``accelerate/multi_gpu.yaml`` launches (``--num_processes k`` for others).
 MULTI_GPU_PROCESSES = 2
-
-
-def trl_missing() -> str | None:
-    """None when TRL is installed; otherwise what to run to install it."""
-    if importlib.util.find_spec("trl") is None:
-        return f"TRL is not installed: {INSTALL_HINT}"
-    return None
 
 
 def _yaml(settings: dict[str, Any], header: str) -> str:
@@ -544,14 +87,12 @@ def export_trl(
         ExportRefused: a setting TRL cannot express (nothing is written).
         FileExistsError: ``out`` holds files and ``overwrite`` is False.
     """
-    from grpo_helpers import trl_script
-
     gpu, cpu = trl_settings(config, "gpu"), trl_settings(config, "cpu")
     folder = Path(out)
     if folder.exists() and any(folder.iterdir()) and not overwrite:
         raise FileExistsError(f"{folder} is not empty; pass --overwrite to replace it")
     (folder / "accelerate").mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(trl_script.__file__, folder / "train_grpo.py")
+    shutil.copyfile(SCRIPT, folder / "train_grpo.py")
     (folder / "series_config.json").write_text(
         json.dumps(config.to_dict(), indent=2) + "\n"
     )
@@ -573,20 +114,23 @@ def export_trl(
     processes = MULTI_GPU_PROCESSES
     (folder / "accelerate" / "single_gpu.yaml").write_text(_accelerate(1))
     (folder / "accelerate" / "multi_gpu.yaml").write_text(_accelerate(processes))
-    from grpo_helpers.export_readme import readme
-
     (folder / "README.md").write_text(readme(config, gpu, processes, mode))
     return folder
 
 
-def field_names() -> list[str]:
-    """The fields of the series' ``GRPOConfig``, in order."""
-    return [f.name for f in fields(GRPOConfig)]
-
-
-def trl_version() -> str | None:
-    """The installed TRL version, or None."""
-    try:
-        return importlib.metadata.version("trl")
-    except importlib.metadata.PackageNotFoundError:
-        return None
+# Moved to grpo_helpers.trl_mapping (issue 24); re-exported here for one release.
+from grpo_helpers.trl_mapping import (  # noqa: E402, F401
+    ADAM,
+    FIELD_RULES,
+    INSTALL_HINT,
+    KNOWN_DIFFERENCES,
+    LOSS_TYPES,
+    Difference,
+    ExportRefused,
+    FieldRule,
+    field_names,
+    loss_scale,
+    refusals,
+    trl_missing,
+    trl_version,
+)

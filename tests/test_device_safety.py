@@ -257,14 +257,14 @@ def test_training_creates_no_tensor_off_the_model_device(tmp_path, shared):
 def test_the_gpu_preset_samples_on_the_plain_path_and_exports_to_trl():
     """presets.GPU (not yet measured on a GPU): a valid run, a model type the
     plain (unmerged) sampler runs in bfloat16, and the same run on TRL."""
-    from grpo_helpers import export, presets
+    from grpo_helpers import presets, trl_mapping
     from grpo_helpers.config import GRPOConfig
 
     settings = {k: v for k, v in presets.GPU.items() if not k.startswith("eval_")}
     config = GRPOConfig(backend="local", **settings)
     assert config.model_name == "Qwen/Qwen2.5-0.5B-Instruct"
     assert choose_sampler("cuda", torch.bfloat16, "qwen2") == "plain"
-    assert export.refusals(config) == []
+    assert trl_mapping.refusals(config) == []
 
 
 def test_doctests_pass():

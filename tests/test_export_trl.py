@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from grpo_helpers import export, presets
+from grpo_helpers import export, presets, trl_mapping
 from grpo_helpers.cli import main
 from grpo_helpers.config import GRPOConfig
 
@@ -72,14 +72,14 @@ ELSEWHERE = {
 def test_doctests_pass():
     import doctest
 
-    assert doctest.testmod(export).failed == 0
+    assert doctest.testmod(trl_mapping).failed == 0
 
 
 def test_every_config_field_is_mapped_or_refused_by_name():
-    """Fails when GRPOConfig gains a field without a rule in export.FIELD_RULES."""
+    """Fails when GRPOConfig gains a field without a rule in trl_mapping.FIELD_RULES."""
     fields = [f.name for f in dataclasses.fields(GRPOConfig)]
-    assert sorted(export.FIELD_RULES) == sorted(fields)
-    for name, rule in export.FIELD_RULES.items():
+    assert sorted(trl_mapping.FIELD_RULES) == sorted(fields)
+    for name, rule in trl_mapping.FIELD_RULES.items():
         assert rule.how, name
         for key in rule.trl:
             assert key in TRL_FIELDS or key in ELSEWHERE, (name, key)
@@ -90,7 +90,7 @@ def test_every_config_field_is_mapped_or_refused_by_name():
 def test_the_settings_are_trl_fields_and_build_trl_config(tmp_path):
     config = GRPOConfig(**NOTEBOOK_05)
     for target in ("cpu", "gpu"):
-        settings = export.trl_settings(config, target)
+        settings = trl_mapping.trl_settings(config, target)
         assert set(settings) <= TRL_FIELDS, set(settings) - TRL_FIELDS
         values = settings | {"output_dir": str(tmp_path), "use_cpu": True}
         args = trl.GRPOConfig(**values)
@@ -104,7 +104,7 @@ def test_the_settings_are_trl_fields_and_build_trl_config(tmp_path):
 def test_notebook_05s_run_maps_setting_by_setting():
     nb = presets.NOTEBOOK
     config = GRPOConfig(**NOTEBOOK_05)
-    s = export.trl_settings(config, "gpu")
+    s = trl_mapping.trl_settings(config, "gpu")
     completions = nb["batch_size"] * nb["group_size"]
     assert s["per_device_train_batch_size"] == completions
     assert s["num_generations"] == nb["group_size"]
@@ -120,12 +120,12 @@ def test_notebook_05s_run_maps_setting_by_setting():
     assert s["loss_type"] == "dr_grpo" and s["num_iterations"] == 1
     assert (s["epsilon"], s["epsilon_high"]) == (0.2, 0.2)
     assert s["beta"] == 0.0 and s["scale_rewards"] == "none"
-    assert export.reward_names(config)[0] == nb["reward"]
+    assert trl_mapping.reward_names(config)[0] == nb["reward"]
     assert s["reward_weights"][0] == 1.0 and sum(s["reward_weights"]) == 1.0
     assert s["shuffle_dataset"] is False and s["seed"] == 0
     assert s["chat_template_kwargs"] == {"enable_thinking": False}
     assert s["output_dir"] == "runs/nb05-sync-trl" and s["save_strategy"] == "no"
-    assert export.loss_scale(config) == completions * nb["max_tokens"]
+    assert trl_mapping.loss_scale(config) == completions * nb["max_tokens"]
 
 
 #: For each field that sets TRL settings, another valid value: it must move them.
@@ -175,13 +175,15 @@ CARRIED = {
 
 def test_each_setting_reaches_the_export_or_its_series_config(tmp_path):
     base = GRPOConfig(**(NOTEBOOK_05 | {"loss_fn": "ppo"}))
-    before = export.trl_settings(base, "cpu")
-    assert set(CHANGES) | CARRIED == set(export.FIELD_RULES)
+    before = trl_mapping.trl_settings(base, "cpu")
+    assert set(CHANGES) | CARRIED == set(trl_mapping.FIELD_RULES)
     for name, value in CHANGES.items():
-        after = export.trl_settings(dataclasses.replace(base, **{name: value}), "cpu")
+        after = trl_mapping.trl_settings(
+            dataclasses.replace(base, **{name: value}), "cpu"
+        )
         assert after != before, name
     on = dataclasses.replace(base, swanlab=True, swanlab_experiment_name="exp")
-    assert export.trl_settings(on, "cpu")["run_name"] == "exp"
+    assert trl_mapping.trl_settings(on, "cpu")["run_name"] == "exp"
     # every field, carried or not, is in series_config.json exactly
     folder = export.export_trl(base, tmp_path / "out")
     carried = json.loads((folder / "series_config.json").read_text())
@@ -205,8 +207,8 @@ def test_each_setting_reaches_the_export_or_its_series_config(tmp_path):
 )
 def test_a_setting_trl_cannot_express_is_refused_by_name(tmp_path, changes, fields):
     config = GRPOConfig(**(NOTEBOOK_05 | changes))
-    assert [name for name, _ in export.refusals(config)] == fields
-    with pytest.raises(export.ExportRefused) as refused:
+    assert [name for name, _ in trl_mapping.refusals(config)] == fields
+    with pytest.raises(trl_mapping.ExportRefused) as refused:
         export.export_trl(config, tmp_path / "out")
     for name in fields:
         assert f"{name}: " in str(refused.value)
@@ -216,11 +218,11 @@ def test_a_setting_trl_cannot_express_is_refused_by_name(tmp_path, changes, fiel
 def test_what_maps_at_the_edges_of_the_refusals():
     one_group = GRPOConfig(**(NOTEBOOK_05 | {"batch_size": 1}))
     token_mean = dataclasses.replace(one_group, normalization="token_mean")
-    assert export.trl_settings(token_mean, "cpu")["loss_type"] == "dapo"
+    assert trl_mapping.trl_settings(token_mean, "cpu")["loss_type"] == "dapo"
     cispo = dataclasses.replace(token_mean, loss_fn="cispo")
-    assert export.trl_settings(cispo, "cpu")["loss_type"] == "cispo"
+    assert trl_mapping.trl_settings(cispo, "cpu")["loss_type"] == "cispo"
     kl = dataclasses.replace(one_group, kl_coef=0.1, measure_kl=True)
-    assert export.trl_settings(kl, "cpu")["beta"] == 0.1
+    assert trl_mapping.trl_settings(kl, "cpu")["beta"] == 0.1
 
 
 # ------------------------------------------------------------------ the folder
@@ -251,18 +253,18 @@ def test_the_exported_folder(tmp_path):
 
     for name, target in (("grpo_config.yaml", "gpu"), ("grpo_config_cpu.yaml", "cpu")):
         values = yaml.safe_load((folder / name).read_text())
-        assert values == export.trl_settings(config, target)
+        assert values == trl_mapping.trl_settings(config, target)
     one = load_config_from_file(str(folder / "accelerate" / "single_gpu.yaml"))
     many = load_config_from_file(str(folder / "accelerate" / "multi_gpu.yaml"))
     assert (one.num_processes, one.distributed_type.value) == (1, "NO")
     assert (many.num_processes, many.distributed_type.value) == (2, "MULTI_GPU")
     assert one.mixed_precision == many.mixed_precision == "bf16"
     readme = (folder / "README.md").read_text()
-    for name in export.FIELD_RULES:  # the mapping table has a row per setting
+    for name in trl_mapping.FIELD_RULES:  # the mapping table has a row per setting
         assert f"| `{name}` |" in readme
-    for difference in export.KNOWN_DIFFERENCES:
+    for difference in trl_mapping.KNOWN_DIFFERENCES:
         assert difference.text in readme
-    assert f"c = {export.loss_scale(config):g}" in readme.replace("**", "")
+    assert f"c = {trl_mapping.loss_scale(config):g}" in readme.replace("**", "")
     for command in (
         "python train_grpo.py --config grpo_config_cpu.yaml",
         "accelerate launch --config_file accelerate/single_gpu.yaml train_grpo.py",

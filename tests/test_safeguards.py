@@ -17,7 +17,7 @@ import dataclasses
 import pytest
 from spies import EngineSpy
 
-from grpo_helpers import cli, export, training
+from grpo_helpers import cli, training, trl_mapping
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.datum import RolloutSample
 from grpo_helpers.engines import connect
@@ -219,15 +219,19 @@ def test_trl_mapping():
     base = GRPOConfig(
         batch_size=2, group_size=8, max_tokens=48, temperature=0.6, backend="local"
     )
-    settings = export.trl_settings(base, "cpu")
+    settings = trl_mapping.trl_settings(base, "cpu")
     assert settings["mask_truncated_completions"] is False
     assert settings["max_grad_norm"] == 0.0
     on = dataclasses.replace(base, mask_truncated=True, grad_clip_norm=2.0)
-    settings = export.trl_settings(on, "cpu")
+    settings = trl_mapping.trl_settings(on, "cpu")
     assert settings["mask_truncated_completions"] is True
     # TRL's loss is the series' divided by c: it clips its gradient at 2 / c
-    assert settings["max_grad_norm"] == pytest.approx(2.0 / export.loss_scale(on))
+    assert settings["max_grad_norm"] == pytest.approx(2.0 / trl_mapping.loss_scale(on))
     mean = dataclasses.replace(on, normalization="sequence_mean")
-    assert export.trl_settings(mean, "cpu")["max_grad_norm"] == pytest.approx(2 / 16)
-    assert export.FIELD_RULES["mask_truncated"].trl == ("mask_truncated_completions",)
-    assert export.FIELD_RULES["grad_clip_norm"].trl == ("max_grad_norm",)
+    assert trl_mapping.trl_settings(mean, "cpu")["max_grad_norm"] == pytest.approx(
+        2 / 16
+    )
+    assert trl_mapping.FIELD_RULES["mask_truncated"].trl == (
+        "mask_truncated_completions",
+    )
+    assert trl_mapping.FIELD_RULES["grad_clip_norm"].trl == ("max_grad_norm",)
