@@ -51,7 +51,7 @@ NOTEBOOK: dict[str, Any] = {
 }
 
 #: How a run is scored: greedy, on the first 100 questions of the final test split
-#: (``data.arithmetic_split``), at most 64 tokens per answer; and on GSM8K's own
+#: (``arithmetic.arithmetic_split``), at most 64 tokens per answer; and on GSM8K's own
 #: ``test[:100]`` with at most ``gsm8k_max_tokens`` (notebook 07 says what that
 #: budget cuts off).
 NOTEBOOK_EVAL: dict[str, Any] = {

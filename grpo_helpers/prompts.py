@@ -54,8 +54,9 @@ FEWSHOT_PREFIX: list[dict[str, str]] = [
 
 #: A worked example in the arithmetic problems' own style, for the prompt-only
 #: baseline of notebook 07 (one arithmetic example in place of the strawberry one).
-#: Its name and numbers are outside the generator's (``data.make_arithmetic_problems``
-#: has no "Mia"), so it is never one of the held-out questions.
+#: Its name and numbers are outside the generator's
+#: (``arithmetic.make_arithmetic_problems`` has no "Mia"), so it is never one of the
+#: held-out questions.
 ARITHMETIC_EXAMPLE: list[dict[str, str]] = [
     {
         "role": "user",

@@ -44,9 +44,9 @@ from tqdm.auto import tqdm
 
 from grpo_helpers import tracking
 from grpo_helpers.advantages import is_degenerate, kl_penalty, length_scales
+from grpo_helpers.arithmetic import arithmetic_split
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.data import (
-    arithmetic_split,
     batch_indices,
     extract_gsm8k_answer,
     get_num_steps,
@@ -94,8 +94,8 @@ def load_split(config: GRPOConfig, split: str) -> Any:
 
     GSM8K comes from the bundled copy; ``dataset="arithmetic"`` generates GSM8K-format
     word problems with disjoint train, validation and test questions
-    (``data.arithmetic_split``: same seed, same rows). ``limit`` keeps the first rows
-    of the train split, as train.py's ``--limit``.
+    (``arithmetic.arithmetic_split``: same seed, same rows). ``limit`` keeps the
+    first rows of the train split, as train.py's ``--limit``.
 
     Raises:
         ValueError: an unknown split, or ``"validation"`` on GSM8K.

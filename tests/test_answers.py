@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from grpo_helpers import answers, data, evaluation, prompts, reference
+from grpo_helpers import answers, arithmetic, data, evaluation, prompts, reference
 from grpo_helpers.answers import (
     COPIED,
     CUT_OFF,
@@ -77,7 +77,7 @@ def test_the_copy_is_of_the_prompts_own_example():
 
 @pytest.mark.parametrize("difficulty", [1, 2])
 def test_generated_problems_have_one_known_operation(difficulty):
-    rows = data.make_arithmetic_problems(200, seed=1, difficulty=difficulty)
+    rows = arithmetic.make_arithmetic_problems(200, seed=1, difficulty=difficulty)
     operations = [answers.solution_operation(a) for a in rows["answer"]]
     assert set(operations) <= set("+-*/")
     if difficulty == 1:
@@ -85,7 +85,7 @@ def test_generated_problems_have_one_known_operation(difficulty):
 
 
 def test_multi_step_problems_have_no_single_operation():
-    rows = data.make_arithmetic_problems(50, seed=1, difficulty=3)
+    rows = arithmetic.make_arithmetic_problems(50, seed=1, difficulty=3)
     assert {answers.solution_operation(a) for a in rows["answer"]} == {None}
     gsm8k = data.load_gsm8k("test", limit=20)
     assert sum(answers.solution_operation(a) is None for a in gsm8k["answer"]) >= 15
@@ -96,7 +96,7 @@ def recorded():
     """The recorded run's three evaluations, with each question's operation."""
     run = reference.load_run()
     settings = run.meta["settings"]
-    split = data.arithmetic_split(
+    split = arithmetic.arithmetic_split(
         settings.get("split", "validation"), seed=settings["seed"]
     )
     operation = {

@@ -15,24 +15,27 @@ from datasets import Dataset
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from grpo_helpers import data
-from grpo_helpers.data import (
+from grpo_helpers import arithmetic, data
+from grpo_helpers.arithmetic import (
     ARITHMETIC_ROWS,
+    arithmetic_split,
+    make_arithmetic_problems,
+    make_arithmetic_splits,
+)
+from grpo_helpers.data import (
     BUNDLED_DIR,
     GSM8KIntegrityError,
-    arithmetic_split,
     extract_gsm8k_answer,
     get_num_steps,
     load_gsm8k,
-    make_arithmetic_problems,
-    make_arithmetic_splits,
     pick_batch,
 )
 from grpo_helpers.rewards import parse_number
 
 
-def test_doctests_pass() -> None:
-    result = doctest.testmod(data)
+@pytest.mark.parametrize("module", [data, arithmetic], ids=lambda m: m.__name__)
+def test_doctests_pass(module) -> None:
+    result = doctest.testmod(module)
     assert result.failed == 0 and result.attempted > 0
 
 
@@ -478,7 +481,7 @@ def test_arithmetic_space_exhaustion_is_reported(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(
-        data, "_make_problem", lambda rng, difficulty: ("same?", ["x"], 1)
+        arithmetic, "_make_problem", lambda rng, difficulty: ("same?", ["x"], 1)
     )
     with pytest.raises(ValueError, match="Could only make 1 distinct problems"):
         make_arithmetic_problems(3)

@@ -459,10 +459,10 @@ def test_custom_loss_errors_are_raised_at_the_call(tmp_path):
 def test_fast_paths_on_smollm2_with_series_datums(tmp_path):
     """One real series group on SmolLM2: the merged sampler's logprobs match
     teacher forcing, and shared-prefix training equals the plain path."""
-    from grpo_helpers import data, prompts, rewards, rollout
+    from grpo_helpers import arithmetic, data, prompts, rewards, rollout
     from grpo_helpers.local.models import SMOLLM2
 
-    row = data.make_arithmetic_splits(4, 1, seed=0)[0][0]
+    row = arithmetic.make_arithmetic_splits(4, 1, seed=0)[0][0]
     results = []
     for shared in (False, True):
         svc = engine(tmp_path, shared_prefix=shared)
