@@ -66,6 +66,7 @@ from grpo_helpers import (  # noqa: E402
     presets,
     prompts,
     reference,
+    run_files,
     training,
 )
 from grpo_helpers.config import GRPOConfig  # noqa: E402
@@ -219,7 +220,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     )
     started = time.time()
     service = connect("local", run_dir=run_dir / "checkpoints")
-    held_out = training.load_split(config, args.split).select(range(s["eval_n"]))
+    held_out = data.load_split(config, args.split).select(range(s["eval_n"]))
     eval_kwargs = dict(
         temperature=0.0, max_tokens=s["eval_max_tokens"], concurrency=64, progress=False
     )
@@ -322,7 +323,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
             command=command.strip(),
             settings={**config.to_dict(), **s, "split": args.split},
             metrics=result.metrics,
-            samples=training.load_samples(run_dir),
+            samples=run_files.load_samples(run_dir),
             base=base.records,
             trained=trained.records,
             early=None if early is None else (args.eval_at, early.records),

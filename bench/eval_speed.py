@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from grpo_helpers import evaluation, training  # noqa: E402
+from grpo_helpers import data, evaluation  # noqa: E402
 from grpo_helpers.config import SETTINGS, GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
     args = p.parse_args(argv)
 
     config = GRPOConfig(base_model=args.model, backend="local", dataset=args.dataset)
-    split = training.load_split(config, "test")
+    split = data.load_split(config, "test")
     if not 0 < args.n <= len(split):
         p.error(
             f"--n {args.n}: the {args.dataset} held-out split has {len(split)} "

@@ -126,11 +126,11 @@ def batched(sampler: Any, prompts: list[list[int]], n: int, **params: Any) -> li
 
 def series_prompts(tokenizer: Any, count: int) -> tuple[list[list[int]], list[str]]:
     """The series' prompts (few-shot example + question) of the first problems."""
-    from grpo_helpers import data, prompts, training
+    from grpo_helpers import data, prompts
     from grpo_helpers.config import GRPOConfig
 
     config = GRPOConfig(backend="local", dataset="arithmetic", seed=0)
-    rows = training.load_split(config, "train").select(range(count))
+    rows = data.load_split(config, "train").select(range(count))
     tokens = [prompts.build_prompt(tokenizer, q) for q in rows["question"]]
     golds = [data.extract_gsm8k_answer(a) for a in rows["answer"]]
     return tokens, golds
@@ -140,7 +140,7 @@ def check_dtype(report: Report, args: argparse.Namespace, dtype_name: str) -> No
     import pytrio as trio
     import torch
 
-    from grpo_helpers import rewards, rollout, training
+    from grpo_helpers import datum, rewards, rollout
     from grpo_helpers.engines import connect
     from grpo_helpers.local.decoder import HFDecoder, MergedLlamaDecoder, choose_sampler
 
@@ -237,7 +237,7 @@ def check_dtype(report: Report, args: argparse.Namespace, dtype_name: str) -> No
     report.check(f"shared-prefix scoring {tag}", shared_prefix_scoring)
 
     def training_step() -> str:
-        datums = [training.build_grpo_datum(prompts[0], s) for s in group]
+        datums = [datum.build_grpo_datum(prompts[0], s) for s in group]
         other = plain_service.create_lora_training_client(args.model, rank=16, seed=0)
         with torch.no_grad():
             mine = host.parameters(tc._adapter)

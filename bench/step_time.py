@@ -211,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
     import pytrio as trio
 
-    from grpo_helpers import data, prompts, rewards, rollout, training
+    from grpo_helpers import data, datum, prompts, rewards, rollout
     from grpo_helpers.config import SETTINGS, GRPOConfig
     from grpo_helpers.engines import connect
     from grpo_helpers.local import prefix
@@ -229,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     }
     tok = clients["new"].get_tokenizer()
     config = GRPOConfig(backend="local", dataset="arithmetic", seed=0)
-    rows = training.load_split(config, "train").select(range(args.prompts))
+    rows = data.load_split(config, "train").select(range(args.prompts))
     prompt_tokens = [prompts.build_prompt(tok, r["question"]) for r in rows]
     golds = [data.extract_gsm8k_answer(r["answer"]) for r in rows]
     adam = trio.AdamParams(learning_rate=2e-4)
@@ -272,7 +272,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for p, group in zip(prompt_tokens, groups, strict=True):
         for j, sample in enumerate(group):
             sample.advantage = (j % 3 - 1) * 0.25
-            datums.append(training.build_grpo_datum(p, sample))
+            datums.append(datum.build_grpo_datum(p, sample))
 
     # Warm-up: first calls build buffers (the merged decoder) and thread pools.
     for tc in clients.values():

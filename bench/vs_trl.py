@@ -85,7 +85,7 @@ class LocalStep:
     """The series' sync step on the local engine."""
 
     def __init__(self, config: Any, run_dir: Path) -> None:
-        from grpo_helpers import data, prompts, rollout, training
+        from grpo_helpers import data, prompts, rollout
         from grpo_helpers.engines import connect
         from grpo_helpers.rewards import get_reward_fn
 
@@ -95,7 +95,7 @@ class LocalStep:
             config.model_name, rank=config.lora_rank, seed=config.seed
         )
         self.tokenizer = self.tc.get_tokenizer()
-        rows = training.load_split(config, "train").select(range(config.batch_size))
+        rows = data.load_split(config, "train").select(range(config.batch_size))
         self.prompts = [
             prompts.build_prompt(self.tokenizer, q) for q in rows["question"]
         ]
@@ -111,7 +111,7 @@ class LocalStep:
         )
 
     def __call__(self, seed: int) -> dict[str, float]:
-        from grpo_helpers import advantages, rollout, training
+        from grpo_helpers import advantages, datum, rollout, step_math
 
         config = self.config
         t0 = time.perf_counter()
@@ -131,9 +131,9 @@ class LocalStep:
             )
             for j, sample in enumerate(samples):  # every completion trains
                 sample.advantage = (j % 3 - 1) * 0.25
-            groups.append(training.PromptGroup(i, prompt, gold, samples))
+            groups.append(step_math.PromptGroup(i, prompt, gold, samples))
         t1 = time.perf_counter()
-        datums = []  # as training.build_step_datums, no group skipped
+        datums = []  # as step_math.build_step_datums, no group skipped
         for group in groups:
             lengths = [len(s.tokens) for s in group.samples]
             scales = advantages.length_scales(
@@ -142,7 +142,7 @@ class LocalStep:
             for sample, scale, n in zip(group.samples, scales, lengths, strict=True):
                 per_token = [sample.advantage * scale] * n
                 datums.append(
-                    training.build_grpo_datum(group.prompt_tokens, sample, per_token)
+                    datum.build_grpo_datum(group.prompt_tokens, sample, per_token)
                 )
         self.tc.forward_backward(datums, config.loss_fn, config.loss_fn_config)
         self.tc.optim_step(self.adam).result()

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpo_helpers import answers, evaluation, presets, reference, training
+from grpo_helpers import answers, data, evaluation, presets, reference, training
 from grpo_helpers.config import SETTINGS, GRPOConfig
 
 #: Where the recorded ablation lives.
@@ -127,7 +127,7 @@ def _evaluate(
     key = (config.model_name, config.seed, config.difficulty, questions, max_tokens)
     if weights is None and base_cache is not None and key in base_cache:
         return base_cache[key]
-    held_out = training.load_split(config, EVAL_SPLIT).select(range(questions))
+    held_out = data.load_split(config, EVAL_SPLIT).select(range(questions))
     sampler = service.create_sampling_client(
         base_model=config.model_name, model_path=weights
     )

@@ -272,8 +272,8 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_eval(args: argparse.Namespace) -> int:
     from grpo_helpers import evaluation
+    from grpo_helpers.data import load_split
     from grpo_helpers.engines import connect
-    from grpo_helpers.training import load_split
 
     if args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")

@@ -32,19 +32,21 @@ from pathlib import Path
 
 from datasets import Dataset
 
-from grpo_helpers.arithmetic import check_choice, check_int
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.arithmetic import arithmetic_split, check_choice, check_int
+from grpo_helpers.config import SETTINGS, GRPOConfig
 from grpo_helpers.rewards import normalize_answer
 
 __all__ = [
     "BUNDLED_DIR",
     "GSM8KIntegrityError",
     "HUB_DATASET",
+    "RUN_SPLITS",
     "SOURCES",
     "SPLITS",
     "extract_gsm8k_answer",
     "get_num_steps",
     "load_gsm8k",
+    "load_split",
     "pick_batch",
 ]
 
@@ -366,11 +368,49 @@ def batch_indices(size: int, step: int, batch_size: int, all_data: bool) -> list
     return indices
 
 
+# ---------------------------------------------------------------------------
+# The rows of a run
+# ---------------------------------------------------------------------------
+
+#: The splits a run can load: train on ``train``; choose settings on ``validation``
+#: (the arithmetic track only: GSM8K has no validation split); report on ``test``.
+RUN_SPLITS = ("train", "validation", "test")
+
+
+def load_split(config: GRPOConfig, split: str) -> Dataset:
+    """The rows a run trains on (``split="train"``), is tuned on (``"validation"``)
+    or is reported on (``"test"``).
+
+    GSM8K comes from the bundled copy; ``dataset="arithmetic"`` generates GSM8K-format
+    word problems with disjoint train, validation and test questions
+    (``arithmetic.arithmetic_split``: same seed, same rows). ``limit`` keeps the
+    first rows of the train split, as train.py's ``--limit``.
+
+    Raises:
+        ValueError: an unknown split, or ``"validation"`` on GSM8K.
+    """
+    if split not in RUN_SPLITS:
+        raise ValueError(
+            f"unknown split {split!r}; choose one of {', '.join(RUN_SPLITS)}"
+        )
+    if config.dataset == "arithmetic":
+        rows = arithmetic_split(split, seed=config.seed, difficulty=config.difficulty)
+    elif split == "validation":
+        raise ValueError(
+            "GSM8K has no validation split (only train and test); choose settings "
+            "on the arithmetic track's validation split (dataset='arithmetic')"
+        )
+    else:
+        rows = load_gsm8k(split)
+    if split == "train" and config.limit is not None:
+        rows = rows.select(range(min(config.limit, len(rows))))
+    return rows
+
+
 # Moved to grpo_helpers.arithmetic (issue 24); re-exported here for one release.
 from grpo_helpers.arithmetic import (  # noqa: E402, F401
     ARITHMETIC_ROWS,
     DIFFICULTIES,
-    arithmetic_split,
     make_arithmetic_problems,
     make_arithmetic_splits,
 )

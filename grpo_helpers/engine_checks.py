@@ -15,7 +15,7 @@ compares what matters, never a value the notebook holds:
   mask, a clip on the wrong side or a detached ratio fails.
 * :func:`grpo_step_check` (notebook 05): the learner's step gets a training client
   that records what it is sent (and passes it on to the engine); the Datums must be
-  the loop's own (``training.build_step_datums``) for the same samples and rewards,
+  the loop's own (``step_math.build_step_datums``) for the same samples and rewards,
   with ``forward_backward`` then ``optim_step``, and no call at all when every group
   is degenerate.
 * :func:`submitted_first_check` and :func:`two_await_check` (notebook 06): clients
@@ -394,13 +394,13 @@ def grpo_step_check(
     completions) with rewards of its own: mixed, degenerate, and one right answer.
     Called first with only the degenerate group, the step must send nothing and
     return None; then with all three it must send exactly the loop's Datums
-    (``training.build_step_datums`` of the same samples and advantages) in one
+    (``step_math.build_step_datums`` of the same samples and advantages) in one
     ``forward_backward(..., "importance_sampling")``, then one ``optim_step`` with
     ``adam_params``, and return both results.
     """
 
     def check() -> str:
-        from grpo_helpers import advantages, training
+        from grpo_helpers import advantages, step_math
 
         n = len(response.sequences)
         rewards = _check_rewards(n)
@@ -435,8 +435,8 @@ def grpo_step_check(
                     response.sequences, group_rewards, adv, strict=True
                 )
             ]
-            groups.append(training.PromptGroup(0, prompt, "", samples))
-        want = training.build_step_datums(groups)
+            groups.append(step_math.PromptGroup(0, prompt, "", samples))
+        want = step_math.build_step_datums(groups)
         if len(sent) != len(want):
             return (
                 f"{len(sent)} Datums sent where the loop sends {len(want)}: a "

@@ -152,7 +152,7 @@ The series' run `{name}`: {config.model_name} on {config.dataset},
 of at most {config.max_tokens} tokens, exported by `python -m grpo_helpers export trl`
 for the `GRPOTrainer` of TRL {TRL_VERSION}. The prompt (`prompts.build_messages`,
 rendered with the chat template as `prompts.build_prompt` does), the data
-(`training.load_split`) and the rewards (`rewards.get_reward_fn`) are the series'
+(`data.load_split`) and the rewards (`rewards.get_reward_fn`) are the series'
 own, imported from `grpo_helpers`: nothing is copied. TRL logs the reward as
 {logged}.
 

@@ -46,7 +46,7 @@ def _integer_steps(ax: plt.Axes) -> None:
 
 def _metrics(metrics: pd.DataFrame | str | Path) -> pd.DataFrame:
     if isinstance(metrics, (str, Path)):
-        from grpo_helpers.training import load_metrics
+        from grpo_helpers.run_files import load_metrics
 
         path = Path(metrics)
         return load_metrics(path.parent if path.suffix == ".jsonl" else path)

@@ -9,7 +9,7 @@ and machine that made it.
 A recorded run is a directory::
 
     meta.json            settings, command, date, hardware, versions, summary
-    metrics.jsonl        one line per training step (training.step_metrics)
+    metrics.jsonl        one line per training step (step_math.step_metrics)
     samples.jsonl        a few completions per step (text, reward, advantage)
     eval_base.jsonl      per-question evaluation records of the base model
     eval_trained.jsonl   the same questions, for the trained weights

@@ -153,7 +153,7 @@ FIELD_RULES: dict[str, FieldRule] = {
     ),
     "eval_limit": FieldRule((), "refused when > 0: TRL does not run the series' eval"),
     "dataset": FieldRule(
-        ("dataset",), "training.load_split: the same rows, in order (no shuffle)"
+        ("dataset",), "data.load_split: the same rows, in order (no shuffle)"
     ),
     "difficulty": FieldRule(("dataset",), "the arithmetic problems' difficulty"),
     "loss_fn": FieldRule(

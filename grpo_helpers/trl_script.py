@@ -71,9 +71,8 @@ def train_dataset(series: Any) -> Any:
     ``prompts.build_prompt`` does) and the gold answer, in the series' order."""
     from datasets import Dataset
 
-    from grpo_helpers.data import extract_gsm8k_answer
+    from grpo_helpers.data import extract_gsm8k_answer, load_split
     from grpo_helpers.prompts import build_messages
-    from grpo_helpers.training import load_split
 
     rows = load_split(series, "train")
     return Dataset.from_dict(

@@ -535,7 +535,7 @@ def test_arithmetic_validation_and_test_splits_are_apart() -> None:
 
 def test_load_split_refuses_a_gsm8k_validation_split() -> None:
     from grpo_helpers.config import GRPOConfig
-    from grpo_helpers.training import load_split
+    from grpo_helpers.data import load_split
 
     config = GRPOConfig(dataset="gsm8k", backend="local")
     with pytest.raises(ValueError, match="GSM8K has no validation split"):

@@ -21,7 +21,7 @@ import pytest
 import pytrio as trio
 import torch
 
-from grpo_helpers import checks, datum, engine_checks, prompts, rollout, training
+from grpo_helpers import checks, data, datum, engine_checks, prompts, rollout, step_math
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 
@@ -56,11 +56,11 @@ def batch(client):
     """Three prompts' token ids and one sampling params per prompt (own seeds)."""
     tokenizer = client.get_tokenizer()
     config = GRPOConfig(base_model="tiny-random", dataset="arithmetic", backend="local")
-    rows = training.load_split(config, "train")
+    rows = data.load_split(config, "train")
     tokens = [prompts.build_prompt(tokenizer, rows[i]["question"]) for i in range(3)]
     base = rollout.make_sampling_params(tokenizer, 6, 1.0)
     params = [
-        base.model_copy(update={"seed": training.derive_seed(0, 0, i)})
+        base.model_copy(update={"seed": step_math.derive_seed(0, 0, i)})
         for i in range(3)
     ]
     return tokens, params

@@ -331,7 +331,7 @@ def load_script(folder: Path):
 
 
 def test_the_script_uses_the_series_prompt_data_and_rewards(tmp_path):
-    from grpo_helpers import prompts, rewards, training
+    from grpo_helpers import data, prompts, rewards
     from grpo_helpers.data import extract_gsm8k_answer
 
     config = GRPOConfig(**TINY)
@@ -342,7 +342,7 @@ def test_the_script_uses_the_series_prompt_data_and_rewards(tmp_path):
         overrides={"output_dir": str(tmp_path / "out")},
         folder=folder,
     )
-    rows = training.load_split(config, "train")
+    rows = data.load_split(config, "train")
     assert trainer.train_dataset.num_rows == rows.num_rows
     first = trainer.train_dataset[0]
     assert first["ground_truth"] == extract_gsm8k_answer(rows[0]["answer"])

@@ -305,7 +305,7 @@ WRONG = {
 
 def _package_step(training_client, prompts, responses, rewards, adam):
     """A GRPO step that calls the loop's own Datum builder."""
-    from grpo_helpers import datum, training
+    from grpo_helpers import datum, step_math
 
     groups = []
     for prompt, response, group_rewards in zip(
@@ -316,8 +316,8 @@ def _package_step(training_client, prompts, responses, rewards, adam):
             datum.RolloutSample(list(s.tokens), list(s.logprobs), "", r, a)
             for s, r, a in zip(response.sequences, group_rewards, adv, strict=True)
         ]
-        groups.append(training.PromptGroup(0, prompt, "", samples))
-    datums = training.build_step_datums(groups)
+        groups.append(step_math.PromptGroup(0, prompt, "", samples))
+    datums = step_math.build_step_datums(groups)
     if not datums:
         return None
     fb = training_client.forward_backward(datums, loss_fn="importance_sampling")

@@ -134,14 +134,14 @@ def test_smollm2_gguf_loads_and_samples(tmp_path):
 def test_tiny_random_writes_numbers_so_fast_mode_groups_differ(tmp_path):
     """Fast mode trains only if a group's shaped rewards differ: tiny-random's
     bias channel makes it write numbers, still at random."""
-    from grpo_helpers import data, prompts, rewards, rollout, training
+    from grpo_helpers import data, prompts, rewards, rollout
     from grpo_helpers.config import GRPOConfig
     from grpo_helpers.engines import connect
 
     sampler = connect("local", run_dir=tmp_path).create_sampling_client("tiny-random")
     tok = sampler.get_tokenizer()
     config = GRPOConfig(base_model="tiny-random", dataset="arithmetic")
-    rows = training.load_split(config, "train")
+    rows = data.load_split(config, "train")
     groups = []
     for i in range(10):
         groups.append(

@@ -33,12 +33,15 @@ import pytrio as trio
 from grpo_helpers import (
     advantages,
     checks,
+    data,
     datum,
     evaluation,
     presets,
     prompts,
     rewards,
     rollout,
+    run_files,
+    step_math,
     training,
 )
 from grpo_helpers.config import GRPOConfig
@@ -96,7 +99,7 @@ def service(tmp_path_factory):
 @pytest.fixture(scope="module")
 def question():
     config = GRPOConfig(base_model="tiny-random", dataset="arithmetic", backend="local")
-    row = training.load_split(config, "train")[0]
+    row = data.load_split(config, "train")[0]
     return row["question"], row["answer"].split("####")[-1].strip()
 
 
@@ -222,8 +225,8 @@ def test_05_hand_made_group_matches_the_package(service, question):
             want.text,
         )
         assert got.advantage == pytest.approx(want.advantage, abs=1e-12)
-    group = training.PromptGroup(0, prompt_tokens, gold, package)
-    package_datums = training.build_step_datums([group])
+    group = step_math.PromptGroup(0, prompt_tokens, gold, package)
+    package_datums = step_math.build_step_datums([group])
     p = len(prompt_tokens)
     for d, s in zip(package_datums, by_hand, strict=True):
         c = len(s.tokens)
@@ -263,9 +266,9 @@ def _synthetic_samples() -> pd.DataFrame:
                 datum.RolloutSample([1, 2], [-0.1, -0.2], t, r, 0.0)
                 for t, r in zip(texts, group_rewards, strict=True)
             ]
-            prompt_groups.append(training.PromptGroup(index, [5, 6], gold, samples))
-        records += training.sample_records(step, prompt_groups)
-        expected[step] = training.step_metrics(
+            prompt_groups.append(step_math.PromptGroup(index, [5, 6], gold, samples))
+        records += step_math.sample_records(step, prompt_groups)
+        expected[step] = step_math.step_metrics(
             step,
             prompt_groups,
             [],
@@ -303,8 +306,8 @@ def test_05_step_summary_on_a_real_run(tmp_path, service):
         save_every=0,
     )
     training.train_sync(config, service, progress=False)
-    metrics = training.load_metrics(config.run_path)
-    samples = training.load_samples(config.run_path)
+    metrics = run_files.load_metrics(config.run_path)
+    samples = run_files.load_samples(config.run_path)
     for row in metrics.to_dict("records"):
         got = solution.step_summary(samples, row["step"])
         for key in ("reward_mean", "accuracy", "frac_degenerate"):
@@ -319,11 +322,11 @@ def test_05_step_summary_on_a_real_run(tmp_path, service):
 def _batch(client, n=3):
     tokenizer = client.get_tokenizer()
     config = GRPOConfig(base_model="tiny-random", dataset="arithmetic", backend="local")
-    rows = training.load_split(config, "train")
+    rows = data.load_split(config, "train")
     tokens = [prompts.build_prompt(tokenizer, rows[i]["question"]) for i in range(n)]
     base = rollout.make_sampling_params(tokenizer, MAX_TOKENS, 1.0)
     params = [
-        base.model_copy(update={"seed": training.derive_seed(0, 0, i)})
+        base.model_copy(update={"seed": step_math.derive_seed(0, 0, i)})
         for i in range(n)
     ]
     return tokens, params

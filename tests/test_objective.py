@@ -17,7 +17,7 @@ import pytest
 import pytrio as trio
 from spies import EngineSpy
 
-from grpo_helpers import advantages, training
+from grpo_helpers import advantages, run_files, step_math, training
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.engines import connect
@@ -84,7 +84,7 @@ def _group(prompt, lengths, rewards):
         )
         for n, r in zip(lengths, rewards, strict=True)
     ]
-    return training.PromptGroup(0, prompt, "1", samples)
+    return step_math.PromptGroup(0, prompt, "1", samples)
 
 
 def test_defaults_build_exactly_the_demo_datums():
@@ -99,24 +99,24 @@ def test_defaults_build_exactly_the_demo_datums():
         0.0,
     )
     assert config.normalization == "token_sum" and config.loss_fn_config is None
-    got = training.build_step_datums(groups, config.normalization, config.max_tokens)
+    got = step_math.build_step_datums(groups, config.normalization, config.max_tokens)
     want = [build_grpo_datum([1, 2, 3], s) for s in groups[0].samples]
     assert [d.model_dump() for d in got] == [d.model_dump() for d in want]
 
 
 def test_normalisation_and_kl_change_the_datum_advantages():
     group = _group([1, 2, 3], [2, 4], [1.0, 0.0])  # advantages +0.5, -0.5
-    datums = training.build_step_datums([group], "sequence_mean", 64)
+    datums = step_math.build_step_datums([group], "sequence_mean", 64)
     adv = [d.loss_fn_inputs["advantages"].tolist() for d in datums]
     assert adv[0] == [0.0, 0.0, 0.25, 0.25]
     assert adv[1] == pytest.approx([0.0, 0.0] + [-0.125] * 4)
     changes = [[0.1, -0.1], [0.0, 0.0, 0.2, -0.2]]
-    datums = training.build_step_datums([group], "token_sum", 64, changes)
+    datums = step_math.build_step_datums([group], "token_sum", 64, changes)
     adv = [d.loss_fn_inputs["advantages"].tolist() for d in datums]
     assert adv[0] == pytest.approx([0.0, 0.0, 0.6, 0.4])
     assert adv[1] == pytest.approx([0.0, 0.0, -0.5, -0.5, -0.3, -0.7])
     with pytest.raises(ValueError, match="KL changes"):
-        training.build_step_datums([group], "token_sum", 64, changes[:1])
+        step_math.build_step_datums([group], "token_sum", 64, changes[:1])
 
 
 class _Output:
@@ -135,7 +135,7 @@ def test_ratio_metrics_count_the_tokens_the_clip_stops():
     # learner logprobs at positions 1.. : ratios exp(0.5) = 1.65 (clipped for A>0),
     # exp(0) = 1, and exp(-0.5) = 0.61 for A<0 (clipped)
     out = _Output([[0.0, -0.5, -1.0], [0.0, -1.5]])
-    m = training.ratio_metrics([out], datums, 0.8, 1.2)
+    m = step_math.ratio_metrics([out], datums, 0.8, 1.2)
     assert m["clip_frac"] == pytest.approx(2 / 3)
     assert m["ratio_mean"] == pytest.approx((math.exp(0.5) + 1.0 + math.exp(-0.5)) / 3)
 
@@ -187,7 +187,7 @@ def train_with_spy(config, mode, service):
 def trained_completions(run_dir, step):
     """Per non-degenerate group of ``step``, in the loop's order: (lengths,
     advantages) of its completions, read from samples.jsonl."""
-    samples = training.load_samples(run_dir)
+    samples = run_files.load_samples(run_dir)
     rows = samples[samples["step"] == step]
     groups = []
     for _, group in rows.groupby("question_index", sort=False):

@@ -17,7 +17,7 @@ import dataclasses
 import pytest
 from spies import EngineSpy
 
-from grpo_helpers import cli, training, trl_mapping
+from grpo_helpers import cli, run_files, step_math, training, trl_mapping
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.datum import RolloutSample
 from grpo_helpers.engines import connect
@@ -101,14 +101,14 @@ def test_mask_truncated_sends_only_the_completions_that_ended(tmp_path, service,
     ones), and the unmasked run gets every completion of the same groups."""
     config = GRPOConfig(**TINY, run_dir=str(tmp_path / "off"))
     every = _step_zero_datums(_sent(service, config, mode))
-    samples = training.load_samples(tmp_path / "off")
+    samples = run_files.load_samples(tmp_path / "off")
     assert len(every) % TINY["group_size"] == 0 and every  # whole groups
     masked_config = dataclasses.replace(
         config, mask_truncated=True, run_dir=str(tmp_path / "on")
     )
     masked = _step_zero_datums(_sent(service, masked_config, mode))
     # the same samples (same seed, same untrained weights), the odd ones left out
-    assert training.load_samples(tmp_path / "on").equals(samples)
+    assert run_files.load_samples(tmp_path / "on").equals(samples)
     kept = [d for i, d in enumerate(every) if i % TINY["group_size"] % 2 == 0]
     assert len(masked) == len(every) // 2
     for got, want in zip(masked, kept, strict=True):
@@ -135,15 +135,15 @@ def test_build_step_datums_masks_truncated_completions_and_renormalises():
         RolloutSample([8, 9, 10, 11], [-0.3] * 4, "b", 0.0, -0.5, truncated=True),
         RolloutSample([12, 13, 14], [-0.4] * 3, "c", 0.5, 0.0, truncated=False),
     ]
-    group = training.PromptGroup(0, prompt, "1", samples)
-    assert len(training.build_step_datums([group])) == 3
-    masked = training.build_step_datums([group], mask_truncated=True)
+    group = step_math.PromptGroup(0, prompt, "1", samples)
+    assert len(step_math.build_step_datums([group])) == 3
+    masked = step_math.build_step_datums([group], mask_truncated=True)
     assert [d.model_input.to_ints() for d in masked] == [
         prompt + [8],
         prompt + [12, 13],
     ]
     # token_mean divides by the tokens that are trained: 2 + 3, not 2 + 4 + 3
-    token_mean = training.build_step_datums([group], "token_mean", mask_truncated=True)
+    token_mean = step_math.build_step_datums([group], "token_mean", mask_truncated=True)
     first = token_mean[0].loss_fn_inputs["advantages"].tolist()
     assert first[-1] == pytest.approx(0.5 / 5)
 

@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import torch
 
-from grpo_helpers import training
+from grpo_helpers import run_files, training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
@@ -155,8 +155,8 @@ def test_sync_loop_metrics_and_run_directory(tmp_path, service, training_evidenc
     assert updated["token_count"].notna().all()
     run = Path(result.run_dir)
     assert json.loads((run / "config.json").read_text())["steps"] == 2
-    assert len(training.load_metrics(run)) == 2
-    samples = training.load_samples(run)
+    assert len(run_files.load_metrics(run)) == 2
+    samples = run_files.load_samples(run)
     assert len(samples) == 2 * config.batch_size * config.group_size
     assert {"step", "question_index", "text", "reward", "advantage", "num_tokens"} <= (
         set(samples.columns)
@@ -390,7 +390,7 @@ RESUME_FLAGS = [
 KILLER = textwrap.dedent(
     """
     import os, signal, sys
-    from grpo_helpers import cli, training
+    from grpo_helpers import cli, run_files, training
 
     flags, mode, reference, killed = sys.argv[1:-3], *sys.argv[-3:]
 
@@ -434,7 +434,7 @@ def test_resume_after_sigkill_is_the_same_training(tmp_path, mode):
     )
     assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
     assert json.loads((killed / "checkpoint.json").read_text())["step"] == 0
-    assert list(training.load_metrics(killed)["step"]) == [0, 1]
+    assert list(run_files.load_metrics(killed)["step"]) == [0, 1]
     assert not (killed / "weights.json").exists()
     done = subprocess.run(
         [sys.executable, "-m", "grpo_helpers", "train", *RESUME_FLAGS]
@@ -447,15 +447,15 @@ def test_resume_after_sigkill_is_the_same_training(tmp_path, mode):
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Resuming" in done.stdout + done.stderr
     # the same metrics, step by step (timings aside)
-    want = training.load_metrics(reference).drop(columns=list(TIMING))
-    got = training.load_metrics(killed).drop(columns=list(TIMING))
+    want = run_files.load_metrics(reference).drop(columns=list(TIMING))
+    got = run_files.load_metrics(killed).drop(columns=list(TIMING))
     assert list(got["step"]) == [0, 1, 2, 3]
     assert list(got.columns) == list(want.columns)
     assert got["updated"].any(), "no step trained: the comparison would be empty"
     pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-5, atol=1e-6)
     # the same completions
     pd.testing.assert_frame_equal(
-        training.load_samples(killed), training.load_samples(reference)
+        run_files.load_samples(killed), run_files.load_samples(reference)
     )
     # the same final adapter
     a, b = final_lora(reference), final_lora(killed)
@@ -489,19 +489,19 @@ def test_box_drift_speaks_only_when_the_box_falls_and_quotes_the_reward():
             "lenient_accuracy": [0.1] * 10 + [0.4] * 5,
         }
     )
-    text = training.box_drift(falling, "right_answer")
+    text = run_files.box_drift(falling, "right_answer")
     assert "50%" in text and "5%" in text and "38% right without one" in text
     assert "pays 1 for a right answer in a box and 0.5 without" in text
-    assert "pays 1 for a right answer in a box and 0 without" in training.box_drift(
+    assert "pays 1 for a right answer in a box and 0 without" in run_files.box_drift(
         falling, "binary"
     )
     steady = falling.assign(boxed_frac=[0.5] * steps)
-    assert training.box_drift(steady, "right_answer") is None
+    assert run_files.box_drift(steady, "right_answer") is None
     rising = falling.assign(boxed_frac=falling["boxed_frac"][::-1].to_numpy())
-    assert training.box_drift(rising, "right_answer") is None
+    assert run_files.box_drift(rising, "right_answer") is None
     # too short, or recorded before the columns existed: nothing to say
-    assert training.box_drift(falling.head(6), "right_answer") is None
-    assert training.box_drift(falling.drop(columns="boxed_frac"), "binary") is None
+    assert run_files.box_drift(falling.head(6), "right_answer") is None
+    assert run_files.box_drift(falling.drop(columns="boxed_frac"), "binary") is None
 
 
 def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path):

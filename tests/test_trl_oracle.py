@@ -14,7 +14,7 @@ does. Each test builds a *real* TRL 1.16 trainer on tiny-random, with the settin
 * the logprobs: ``_get_per_token_logps_and_entropies`` itself, on the tiny model.
 
 The series' side is the local engine's ``forward`` on Datums built by
-``training.build_step_datums`` (the advantages, length normalisation and skipped
+``step_math.build_step_datums`` (the advantages, length normalisation and skipped
 degenerate groups of the real loop), and the engine's per-token losses
 (``local.losses.token_loss``) for the gradients.
 
@@ -35,7 +35,7 @@ import pytrio as trio
 import torch
 
 from grpo_helpers import advantages as adv
-from grpo_helpers import training, trl_mapping
+from grpo_helpers import datum, step_math, trl_mapping
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.datum import RolloutSample
 from grpo_helpers.engines import connect
@@ -146,7 +146,7 @@ def engine_logprobs(tc, prompt, completions):
     data = []
     for c in completions:
         sample = RolloutSample(c, [0.0] * len(c), "", 0.0, 1.0)
-        data.append(training.build_grpo_datum(prompt, sample))
+        data.append(datum.build_grpo_datum(prompt, sample))
     out = tc.forward(data, "importance_sampling").result()
     return [list(o["logprobs"].data[len(prompt) - 1 :]) for o in out.loss_fn_outputs]
 
@@ -173,8 +173,10 @@ def series_side(tmp_path, config, old_shift=0.0, seed=0):
             samples.append(RolloutSample(c, sampled, "", r, a))
             current.append(lp)
             old.append(sampled)
-        groups.append(training.PromptGroup(0, prompt, "1", samples))
-    datums = training.build_step_datums(groups, config.normalization, config.max_tokens)
+        groups.append(step_math.PromptGroup(0, prompt, "1", samples))
+    datums = step_math.build_step_datums(
+        groups, config.normalization, config.max_tokens
+    )
     out = tc.forward(datums, config.loss_fn, config.loss_fn_config).result()
     # the Datums' per-token advantages, back in the [N, T] layout (0: skipped)
     width = config.max_tokens

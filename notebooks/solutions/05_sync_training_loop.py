@@ -85,7 +85,7 @@ def step_summary(samples: pd.DataFrame, step: int) -> dict[str, float]:
     """Exercise 3: reward_mean, accuracy and frac_degenerate of one step.
 
     Args:
-        samples: ``training.load_samples(run_dir)``, one row per completion.
+        samples: ``run_files.load_samples(run_dir)``, one row per completion.
         step: the step to summarise.
 
     Returns:
@@ -213,7 +213,7 @@ def project(result, args):
         ],
         "tol": 1e-5,
         "forbid": [
-            "grpo_helpers.training.build_step_datums",
+            "grpo_helpers.step_math.build_step_datums",
             "grpo_helpers.rollout.samples_from_response",
         ],
         "setup": """

@@ -1,0 +1,252 @@
+"""A run directory on disk: written by the loops, read by plots, readers and resumes.
+
+Both loops of :mod:`grpo_helpers.training` write the same directory::
+
+    runs/<name>/config.json       the GRPOConfig of the run
+    runs/<name>/metrics.jsonl     one line per step, flushed as it is written
+    runs/<name>/samples.jsonl     every completion: step, question, text, reward...
+    runs/<name>/checkpoint.json   the last resumable state (step and its path)
+    runs/<name>/weights.json      the final sampler weights (name and path)
+
+:class:`RunDirectory` writes it and knows where a resumed run starts;
+:func:`load_metrics` and :func:`load_samples` read it back as DataFrames;
+:func:`find_weights` finds the weights of a finished run that another notebook may
+reuse; :func:`box_drift` reads a run's metrics for a run drifting out of the box.
+Plots (:mod:`grpo_helpers.plotting`) and the recorded runs' readers
+(:mod:`grpo_helpers.reference`) import this module, never the loops.
+
+Introduced in: 05_sync_training_loop.ipynb
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.rewards import get_reward_fn
+
+#: Config fields that may differ when a run is resumed (they change no result).
+RESUME_MUTABLE_FIELDS = (
+    "run_dir",
+    "swanlab",
+    "swanlab_mode",
+    "eval_limit",
+    "steps",
+    "save_every",
+)
+
+#: The token counts a run adds up over its steps (``cum_<name>`` in metrics.jsonl).
+TOKEN_COUNTERS = ("prefill_tokens", "sampled_tokens", "trained_tokens")
+
+
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """Rows of a JSON-lines file; a torn last line (a killed writer) is dropped."""
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2, sort_keys=True))
+    os.replace(tmp, path)
+
+
+def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    os.replace(tmp, path)
+
+
+def load_metrics(run_dir: str | Path) -> pd.DataFrame:
+    """The metrics of a run directory as a DataFrame, one row per step."""
+    return pd.DataFrame(read_jsonl(Path(run_dir) / "metrics.jsonl"))
+
+
+def load_samples(run_dir: str | Path) -> pd.DataFrame:
+    """Every completion a run sampled, as a DataFrame."""
+    return pd.DataFrame(read_jsonl(Path(run_dir) / "samples.jsonl"))
+
+
+class RunDirectory:
+    """Reads and writes one run directory; knows where a resumed run starts."""
+
+    def __init__(self, config: GRPOConfig, *, resume: bool, overwrite: bool) -> None:
+        self.config = config
+        self.path = config.run_path
+        self.metrics_path = self.path / "metrics.jsonl"
+        self.samples_path = self.path / "samples.jsonl"
+        self.checkpoint_path = self.path / "checkpoint.json"
+        self.config_path = self.path / "config.json"
+        self.start_step = 0
+        self.state_path: str | None = None
+        self.metrics: list[dict[str, Any]] = []
+        self._open(resume=resume, overwrite=overwrite)
+
+    def _open(self, *, resume: bool, overwrite: bool) -> None:
+        """Check the directory and find the resume point; writes nothing yet."""
+        has_steps = bool(read_jsonl(self.metrics_path))
+        if has_steps and not (resume or overwrite):
+            raise FileExistsError(
+                f"Run directory {self.path} already holds a run. Pass resume=True "
+                "(CLI: --resume) to continue it, overwrite=True to start it again, "
+                "or choose another run_dir / weights_name."
+            )
+        self.resuming = resume and self.config_path.exists()
+        if resume and not self.resuming and not overwrite:
+            raise FileNotFoundError(
+                f"Nothing to resume in {self.path}: it holds no run (no "
+                f"{self.config_path.name}). Check the run directory, or start the "
+                "run without resume=True (CLI: without --resume)."
+            )
+        if self.resuming:
+            self._check_same_config()
+            checkpoint = (
+                json.loads(self.checkpoint_path.read_text())
+                if self.checkpoint_path.exists()
+                else None
+            )
+            last = checkpoint["step"] if checkpoint else -1
+            self.state_path = checkpoint["state_path"] if checkpoint else None
+            self.start_step = last + 1
+            self.metrics = [
+                r for r in read_jsonl(self.metrics_path) if r["step"] <= last
+            ]
+
+    def start(self) -> None:
+        """Write the config and prepare the logs (after the model has loaded)."""
+        if self.resuming:
+            # Steps after the last checkpoint are redone: drop their rows so that no
+            # step is lost or repeated.
+            last = self.start_step - 1
+            samples = [r for r in read_jsonl(self.samples_path) if r["step"] <= last]
+            _rewrite_jsonl(self.metrics_path, self.metrics)
+            _rewrite_jsonl(self.samples_path, samples)
+        else:
+            self.path.mkdir(parents=True, exist_ok=True)
+            for p in (self.checkpoint_path, self.path / "weights.json"):
+                p.unlink(missing_ok=True)
+            self.metrics_path.write_text("")
+            self.samples_path.write_text("")
+        _write_json_atomic(self.config_path, self.config.to_dict())
+
+    def _check_same_config(self) -> None:
+        # Fields added after the run was written take their defaults.
+        saved = GRPOConfig.from_dict(json.loads(self.config_path.read_text())).to_dict()
+        now = self.config.to_dict()
+        diffs = [
+            f"{k}: run has {saved.get(k)!r}, you asked for {now[k]!r}"
+            for k in now
+            if k not in RESUME_MUTABLE_FIELDS and saved.get(k) != now[k]
+        ]
+        if diffs:
+            raise ValueError(
+                f"Cannot resume {self.path}: it belongs to a different config ("
+                + "; ".join(diffs)
+                + "). Use the same settings, or start a new run_dir."
+            )
+
+    def cumulative(self) -> dict[str, int]:
+        last = self.metrics[-1] if self.metrics else {}
+        return {k: int(last.get(f"cum_{k}", 0)) for k in TOKEN_COUNTERS}
+
+    def append_step(self, row: dict[str, Any], samples: list[dict[str, Any]]) -> None:
+        """Append one step's samples then its metrics line, each flushed at once."""
+        with self.samples_path.open("a") as f:
+            f.writelines(json.dumps(s) + "\n" for s in samples)
+            f.flush()
+        with self.metrics_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+            f.flush()
+        self.metrics.append(row)
+
+    def record_checkpoint(self, step: int, state_path: str) -> None:
+        _write_json_atomic(
+            self.checkpoint_path, {"step": step, "state_path": state_path}
+        )
+
+    def record_weights(self, name: str, path: str) -> None:
+        _write_json_atomic(self.path / "weights.json", {"name": name, "path": path})
+
+
+#: What a run must share with the evaluation that reuses it (notebook 07).
+SAME_DATA_KEYS = ("backend", "base_model", "dataset", "difficulty")
+
+
+def find_weights(
+    run_dir: str | Path, like: GRPOConfig, keys: Sequence[str] = SAME_DATA_KEYS
+) -> tuple[str, GRPOConfig] | None:
+    """The final weights of the run in ``run_dir`` and its configuration, when it
+    finished and used the same ``keys`` (engine, model, data) as ``like``; else None.
+
+    A fast-mode run of the tiny model must never be evaluated as if it were a
+    SmolLM2 run: ``keys`` are what must match.
+    """
+    path = Path(run_dir)
+    if not (path / "weights.json").is_file() or not (path / "config.json").is_file():
+        return None
+    saved = json.loads((path / "config.json").read_text())
+    if any(saved.get(key) != getattr(like, key) for key in keys):
+        return None
+    weights = json.loads((path / "weights.json").read_text())["path"]
+    return weights, GRPOConfig.from_dict(saved)
+
+
+#: Steps averaged at each end of a run by :func:`box_drift`.
+DRIFT_STEPS = 5
+#: How far the boxed fraction must fall for :func:`box_drift` to speak.
+DRIFT_DROP = 0.15
+
+
+def box_drift(metrics: pd.DataFrame, reward: str) -> str | None:
+    r"""A paragraph saying that a run is drifting out of the box, and why, or None.
+
+    Compares the boxed fraction of the first and the last :data:`DRIFT_STEPS`
+    steps; when it fell by :data:`DRIFT_DROP` or more, says how much, how many
+    answers were right with and without a box at the end, and what the run's reward
+    pays for each (computed by the reward function itself).
+
+    Introduced in: 05_sync_training_loop.ipynb
+    """
+    needed = {"boxed_frac", "accuracy", "lenient_accuracy"}
+    if not needed <= set(metrics.columns) or len(metrics) < 2 * DRIFT_STEPS:
+        return None
+    first = metrics["boxed_frac"].head(DRIFT_STEPS).mean()
+    last_rows = metrics.tail(DRIFT_STEPS)
+    last = last_rows["boxed_frac"].mean()
+    if first - last < DRIFT_DROP:
+        return None
+    reward_fn = get_reward_fn(reward)
+    boxed_pay, unboxed_pay = reward_fn("\\boxed{7}", "7"), reward_fn("It is 7.", "7")
+    right_boxed = last_rows["accuracy"].mean()
+    right_unboxed = last_rows["lenient_accuracy"].mean() - right_boxed
+    why = (
+        f"An unboxed right answer still earns {unboxed_pay:g} against {boxed_pay:g} "
+        "in a box, so in a group whose only right answers are unboxed, those get "
+        "a positive advantage and the box loses ground."
+        if unboxed_pay > 0
+        else "An unboxed answer earns nothing under this reward, so the run loses "
+        "reward with the box: the box went with something else the updates pushed "
+        "away. Read the completions of the last steps (samples.jsonl) to see what."
+    )
+    return (
+        f"This run is drifting out of the box: {first:.0%} of its completions were "
+        f"boxed in its first {DRIFT_STEPS} steps, {last:.0%} in its last "
+        f"{DRIFT_STEPS}. There, {right_boxed:.0%} were right in a box and "
+        f"{right_unboxed:.0%} right without one. The {reward!r} reward pays "
+        f"{boxed_pay:g} for a right answer in a box and {unboxed_pay:g} without. "
+        f"{why} Exact accuracy (notebook 07) will fall with the box even while "
+        "lenient accuracy rises."
+    )

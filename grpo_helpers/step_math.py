@@ -1,0 +1,315 @@
+"""One GRPO step, as arithmetic: a step's groups, their Datums, the step's metrics.
+
+A step of the loops (:mod:`grpo_helpers.training`) samples ``group_size``
+completions for each of ``batch_size`` prompts, grades them and gives each its
+advantage. What happens next is pure arithmetic over those groups, and it lives
+here, apart from the loops, so that a notebook (and a test) can run it on groups
+it built by hand:
+
+1. skip the *degenerate* groups (all rewards equal: every advantage is zero);
+2. turn the rest into Datums (:func:`build_step_datums`), with the objective's
+   advantage transforms: length normalisation, the KL penalty's per-token changes
+   (:func:`kl_terms`), truncated completions left out when masked;
+3. after ``forward_backward`` and ``optim_step``, one row of metrics
+   (:func:`step_metrics`), with the learner/sampler ratios and the clip's share
+   (:func:`ratio_metrics`), and the ``samples.jsonl`` lines of the step
+   (:func:`sample_records`).
+
+Nothing here calls an engine or writes a file.
+
+Introduced in: 05_sync_training_loop.ipynb (a step by hand), 08_what_the_knobs_do.ipynb
+(ratios and the KL)
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pytrio as trio
+
+from grpo_helpers.advantages import is_degenerate, kl_penalty, length_scales
+from grpo_helpers.datum import RolloutSample, build_grpo_datum
+from grpo_helpers.rewards import answers_match, grade_answer, read_answer
+
+#: Metrics of the objective's knobs (notebook 08); NaN when not measured.
+OBJECTIVE_METRICS = ("ratio_mean", "clip_frac", "kl_k1", "kl_k3", "updates")
+
+
+def derive_seed(seed: int, step: int, prompt: int) -> int:
+    """A sampling seed for one prompt of one step: repeatable, distinct per call."""
+    return (seed * 1_000_003 + step * 10_007 + prompt) % (2**31 - 1)
+
+
+@dataclass
+class PromptGroup:
+    """One prompt of a step and the ``group_size`` completions sampled for it."""
+
+    row_index: int
+    prompt_tokens: list[int]
+    ground_truth: str
+    samples: list[RolloutSample]
+
+    @property
+    def rewards(self) -> list[float]:
+        return [s.reward for s in self.samples]
+
+    @functools.cached_property
+    def exact(self) -> list[float]:
+        """1.0 where a completion's boxed answer is exactly right (binary grade)."""
+        return [grade_answer(s.text, self.ground_truth) for s in self.samples]
+
+    @property
+    def degenerate(self) -> bool:
+        """All rewards equal: every advantage is zero, no learning signal."""
+        return is_degenerate(self.rewards)
+
+
+def build_step_datums(
+    groups: Iterable[PromptGroup],
+    normalization: str = "token_sum",
+    max_tokens: int | None = None,
+    kl_changes: Sequence[Sequence[float]] | None = None,
+    mask_truncated: bool = False,
+) -> list[trio.Datum]:
+    """Datums of the non-degenerate groups (degenerate ones are skipped).
+
+    Args:
+        groups: the step's prompt groups, rewards and advantages filled in.
+        normalization: how each completion's advantage is scaled by its length
+            (``advantages.length_scales``; ``"token_sum"`` leaves it as it is).
+        max_tokens: the sampling budget (for ``normalization="constant"``).
+        kl_changes: per completion of the non-degenerate groups, in order, the
+            per-token advantage changes of the KL penalty
+            (``advantages.kl_penalty``); None for no penalty.
+        mask_truncated: leave out the completions that ``max_tokens`` cut off
+            (``RolloutSample.truncated``; DAPO's overlong filtering, TRL's
+            ``mask_truncated_completions``): no Datum, so no loss and no
+            gradient. Their rewards still count in their group's mean, and a
+            token-mean normalisation divides by the tokens that are trained.
+
+    Returns:
+        One Datum per completion of the non-degenerate groups (without the
+        truncated ones when masked). With the defaults each is exactly
+        ``build_grpo_datum(prompt_tokens, sample)``.
+    """
+    kept = [g for g in groups if not g.degenerate]
+    count = sum(len(g.samples) for g in kept)
+    if kl_changes is not None and len(kl_changes) != count:
+        raise ValueError(
+            f"{len(kl_changes)} KL changes for {count} completions to train on"
+        )
+    datums = []
+    position = 0
+    for group in kept:
+        trained = [not (mask_truncated and s.truncated) for s in group.samples]
+        kept_samples = [s for s, t in zip(group.samples, trained, strict=True) if t]
+        lengths = [len(s.tokens) for s in kept_samples]
+        scales = iter(
+            length_scales(lengths, normalization, max_tokens) if lengths else []
+        )
+        for sample, is_trained in zip(group.samples, trained, strict=True):
+            change = None if kl_changes is None else kl_changes[position]
+            position += 1
+            if not is_trained:
+                continue
+            scale = next(scales)
+            if scale == 1.0 and change is None:
+                datums.append(build_grpo_datum(group.prompt_tokens, sample))
+                continue
+            per_token = [sample.advantage * scale] * len(sample.tokens)
+            if change is not None:
+                per_token = [a + c for a, c in zip(per_token, change, strict=True)]
+            datums.append(build_grpo_datum(group.prompt_tokens, sample, per_token))
+    return datums
+
+
+def trained_samples(groups: Iterable[PromptGroup]) -> list[tuple[list[int], Any]]:
+    """(prompt tokens, sample) of every completion of the non-degenerate groups."""
+    return [
+        (group.prompt_tokens, sample)
+        for group in groups
+        if not group.degenerate
+        for sample in group.samples
+    ]
+
+
+def reference_inputs(groups: Iterable[PromptGroup]) -> list[trio.ModelInput]:
+    """What to ask the reference model: prompt + completion of each trained sample."""
+    return [
+        trio.ModelInput.from_ints(list(prompt) + list(sample.tokens))
+        for prompt, sample in trained_samples(groups)
+    ]
+
+
+def kl_terms(
+    groups: list[PromptGroup],
+    reference: Sequence[Sequence[float | None]],
+    kl_coef: float,
+) -> tuple[list[list[float]], dict[str, float]]:
+    """The KL penalty's per-token changes and the KL metrics of a step.
+
+    Args:
+        groups: the step's groups.
+        reference: per trained sample (see :func:`reference_inputs`), the reference
+            model's ``compute_logprobs`` of prompt + completion.
+        kl_coef: the penalty's weight.
+    """
+    samples = trained_samples(groups)
+    ref_completion = [
+        [float(v) for v in values[len(values) - len(sample.tokens) :]]
+        for values, (_, sample) in zip(reference, samples, strict=True)
+    ]
+    return kl_penalty([s.logprobs for _, s in samples], ref_completion, kl_coef)
+
+
+def ratio_metrics(
+    outputs: Sequence[Any],
+    datums: Sequence[trio.Datum],
+    clip_low: float,
+    clip_high: float,
+) -> dict[str, float]:
+    """Mean learner/sampler ratio and the fraction of tokens the clip stops.
+
+    Over the completion tokens (non-zero advantage) of every update of a step:
+    ``ratio = exp(learner logprob - sampler logprob)``; a token is *clipped* when
+    the PPO objective stops pushing it: ``ratio > clip_high`` with a positive
+    advantage, or ``ratio < clip_low`` with a negative one. With one update per
+    batch the ratio is 1 (up to float noise) and nothing is clipped.
+
+    Args:
+        outputs: the ``ForwardBackwardOutput`` of each update.
+        datums: the step's Datums (their sampler logprobs and advantages).
+    """
+    ratios: list[float] = []
+    clipped = 0
+    for out in outputs:
+        for datum, result in zip(datums, out.loss_fn_outputs, strict=True):
+            adv = np.asarray(datum.loss_fn_inputs["advantages"].tolist(), dtype=float)
+            old = np.asarray(datum.loss_fn_inputs["logprobs"].tolist(), dtype=float)
+            new = np.asarray(result["logprobs"].tolist(), dtype=float)
+            active = adv != 0
+            ratio = np.exp(new[active] - old[active])
+            ratios.extend(ratio.tolist())
+            a = adv[active]
+            clipped += int(
+                np.sum((a > 0) & (ratio > clip_high) | (a < 0) & (ratio < clip_low))
+            )
+    if not ratios:
+        return {"ratio_mean": math.nan, "clip_frac": math.nan}
+    return {"ratio_mean": float(np.mean(ratios)), "clip_frac": clipped / len(ratios)}
+
+
+def _grad_norm(optim_metrics: dict[str, float]) -> float:
+    for key, value in optim_metrics.items():
+        if "grad_norm" in key:
+            return float(value)
+    return math.nan
+
+
+def step_metrics(
+    step: int,
+    groups: list[PromptGroup],
+    datums: list[trio.Datum],
+    max_tokens: int,
+    loss_metrics: dict[str, float],
+    optim_metrics: dict[str, float],
+    seconds: dict[str, float],
+    objective: dict[str, float] | None = None,
+) -> dict[str, Any]:
+    """One row of metrics for one step (before cumulative token counts).
+
+    Args:
+        step: the step number, from 0.
+        groups: the step's prompt groups with their graded completions.
+        datums: what was sent to ``forward_backward`` (empty: no update).
+        max_tokens: the sampling budget; a completion of that length hit it.
+        loss_metrics: ``ForwardBackwardOutput.metrics`` (``loss_sum``...), or {}.
+        optim_metrics: ``OptimStepResponse.metrics`` (grad norm...), or {}.
+        seconds: wall-clock seconds spent ``sampling``, ``training`` and ``total``.
+        objective: the objective's own metrics (``ratio_mean``, ``clip_frac``,
+            ``kl_k1``, ``kl_k3``, ``updates``), NaN where not measured.
+
+    Returns:
+        A flat dict; ``reward_mean`` is the mean reward over all completions,
+        ``accuracy`` the fraction whose boxed answer is exactly right,
+        ``lenient_accuracy`` the fraction whose answer (boxed, else the last
+        number) is right, ``boxed_frac`` the fraction with a complete
+        ``\\boxed{}`` answer,
+        ``entropy`` the mean negative logprob of the sampled tokens (an estimate
+        of the sampler's entropy per token at temperature 1).
+    """
+    samples = [s for g in groups for s in g.samples]
+    lengths = [len(s.tokens) for s in samples]
+    exact = [e for g in groups for e in g.exact]
+    skipped = sum(g.degenerate for g in groups)
+    hit_max = sum(n >= max_tokens for n in lengths)
+    read = [(read_answer(s.text), g.ground_truth) for g in groups for s in g.samples]
+    boxed = [is_boxed for (_, is_boxed), _ in read]
+    lenient = [answers_match(answer, gold) for (answer, _), gold in read]
+    return {
+        "step": step,
+        "reward_mean": float(np.mean([s.reward for s in samples])),
+        "accuracy": float(np.mean(exact)),
+        "lenient_accuracy": float(np.mean(lenient)),
+        "boxed_frac": float(np.mean(boxed)),
+        "group_reward_std": float(np.mean([np.std(g.rewards) for g in groups])),
+        "frac_degenerate": skipped / len(groups),
+        "valid_groups": len(groups) - skipped,
+        "skipped_groups": skipped,
+        "datums": len(datums),
+        "updated": bool(datums),
+        "completion_tokens_mean": float(np.mean(lengths)),
+        "completion_tokens_max": int(max(lengths)),
+        "hit_max_count": int(hit_max),
+        "hit_max_frac": hit_max / len(lengths),
+        "loss_sum": float(loss_metrics.get("loss_sum", math.nan)),
+        "loss_mean": float(loss_metrics.get("loss_mean", math.nan)),
+        "token_count": float(loss_metrics.get("token_count", math.nan)),
+        "grad_norm": _grad_norm(optim_metrics),
+        "seconds_sampling": seconds["sampling"],
+        "seconds_training": seconds["training"],
+        "seconds_total": seconds["total"],
+        "prefill_tokens": sum(len(g.prompt_tokens) for g in groups),
+        "sampled_tokens": int(sum(lengths)),
+        "trained_tokens": int(sum(d.model_input.length for d in datums)),
+        "entropy": -float(np.mean([lp for s in samples for lp in s.logprobs])),
+        **{key: math.nan for key in OBJECTIVE_METRICS},
+        **(objective or {}),
+    }
+
+
+def format_step_line(row: dict[str, Any]) -> str:
+    """The line printed after each step, in the demo scripts' style."""
+    return (
+        f"Step {row['step']:3d} | reward: {row['reward_mean']:.3f} | "
+        f"acc: {row['accuracy']:.0%} | degenerate: {row['frac_degenerate']:.0%} | "
+        f"datums: {row['datums']} | tokens mean/max: "
+        f"{row['completion_tokens_mean']:.1f}/{row['completion_tokens_max']} | "
+        f"hit max: {row['hit_max_count']} | loss: {row['loss_mean']:.4f} | "
+        f"{row['seconds_total']:.1f}s"
+    )
+
+
+def sample_records(step: int, groups: list[PromptGroup]) -> list[dict[str, Any]]:
+    """The ``samples.jsonl`` lines of one step: one per completion."""
+    return [
+        {
+            "step": step,
+            "question_index": group.row_index,
+            "sample_index": i,
+            "text": sample.text,
+            "reward": sample.reward,
+            "advantage": sample.advantage,
+            "num_tokens": len(sample.tokens),
+            "exact": exact,
+        }
+        for group in groups
+        for i, (sample, exact) in enumerate(
+            zip(group.samples, group.exact, strict=True)
+        )
+    ]
