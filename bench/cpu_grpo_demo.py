@@ -66,6 +66,7 @@ from grpo_helpers import (  # noqa: E402
     presets,
     prompts,
     reference,
+    report,
     run_files,
     training,
 )
@@ -302,9 +303,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     (out / f"cpu_grpo_demo-{name}.json").write_text(json.dumps(numbers, indent=2))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
     plotting.plot_training_curves(result.metrics, ax=axes[0])
-    plotting.plot_accuracy_comparison(
-        evaluation.accuracy_rows([base, trained]), ax=axes[1]
-    )
+    plotting.plot_accuracy_comparison(report.accuracy_rows([base, trained]), ax=axes[1])
     axes[1].set_title(f"Held-out arithmetic problems (n={s['eval_n']}), greedy")
     fig.savefig(out / f"cpu_grpo_demo-{name}.png", dpi=100)
     plt.close(fig)

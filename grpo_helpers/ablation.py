@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpo_helpers import answers, data, evaluation, presets, reference, training
+from grpo_helpers import answers, data, evaluation, presets, reference, stats, training
 from grpo_helpers.config import SETTINGS, GRPOConfig
 
 #: Where the recorded ablation lives.
@@ -273,7 +273,7 @@ def final_table(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
             theirs = other["held_out"][-1]["exact_by_question"]
             b = sum(m and not t for m, t in zip(mine, theirs, strict=True))
             c = sum(t and not m for m, t in zip(mine, theirs, strict=True))
-            pvalues.append(evaluation.mcnemar_exact_p(b, c))
+            pvalues.append(stats.mcnemar_exact_p(b, c))
         rows.append(
             {
                 "variant": variant,
@@ -310,7 +310,7 @@ def paired_outcomes(
     Every seed scores the baseline and the variant on the same held-out questions,
     so the questions pair up: 3 seeds x 100 questions give 300 pairs. Per variant:
     both accuracies, their difference with a 95% paired bootstrap interval
-    (``evaluation.paired_bootstrap_ci``), the pooled flips ``b`` (variant right,
+    (``stats.paired_bootstrap_ci``), the pooled flips ``b`` (variant right,
     baseline wrong) and ``c`` (the reverse) and McNemar's exact p on them. Under
     "no difference" every flip goes either way with probability 1/2 in every seed,
     so pooling the flips keeps the test exact. The interval and the test are about
@@ -330,7 +330,7 @@ def paired_outcomes(
             continue
         b = int(np.sum(mine & ~base))
         c = int(np.sum(base & ~mine))
-        low, high = evaluation.paired_bootstrap_ci(base, mine)
+        low, high = stats.paired_bootstrap_ci(base, mine)
         rows.append(
             {
                 "variant": variant,
@@ -343,7 +343,7 @@ def paired_outcomes(
                 "ci_high": high,
                 "b": b,
                 "c": c,
-                "p_value": evaluation.mcnemar_exact_p(b, c),
+                "p_value": stats.mcnemar_exact_p(b, c),
             }
         )
     return pd.DataFrame(rows)
@@ -365,7 +365,7 @@ def baseline_learning(
             after = np.asarray(last[f"{grade}_by_question"], dtype=bool)
             row[f"{grade} before"] = float(before.mean())
             row[f"{grade} after"] = float(after.mean())
-            row[f"{grade} p"] = evaluation.mcnemar_exact_p(
+            row[f"{grade} p"] = stats.mcnemar_exact_p(
                 int(np.sum(after & ~before)), int(np.sum(before & ~after))
             )
         rows.append(row)

@@ -271,7 +271,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from grpo_helpers import evaluation
+    from grpo_helpers import evaluation, report
     from grpo_helpers.data import load_split
     from grpo_helpers.engines import connect
 
@@ -304,14 +304,14 @@ def cmd_eval(args: argparse.Namespace) -> int:
     ]
     comparison = None
     if len(results) == 2:
-        comparison = evaluation.compare(results[0], results[1], "exact")
+        comparison = report.compare(results[0], results[1], "exact")
     print(
         f"{config.model_name} on {args.dataset} {args.split}[:{len(rows)}], "
         f"temperature {args.temperature}, max_tokens {args.max_tokens}"
     )
-    print(evaluation.format_results_table(results, comparison))
+    print(report.format_results_table(results, comparison))
     if comparison is not None:
-        lenient = evaluation.compare(results[0], results[1], "lenient")
+        lenient = report.compare(results[0], results[1], "lenient")
         print(lenient.summary_line())
     tokens = sum(r.summary["total_tokens"] for r in results)
     print(f"evaluation tokens: {tokens / 1e6:.3f}M")

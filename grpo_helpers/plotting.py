@@ -425,7 +425,7 @@ def plot_before_after(
 
     Args:
         runs: ``{label: (base summary, trained summary)}``, summaries as made by
-            ``evaluation.summarize`` (``exact_acc``, ``exact_ci``...).
+            ``report.summarize`` (``exact_acc``, ``exact_ci``...).
         grade: ``"exact"`` or ``"lenient"``.
     """
     ax = _axes(ax)
@@ -574,7 +574,7 @@ def plot_k_curves(
     """pass@k (solid) and maj@k (dashed) against k, one colour per model.
 
     Args:
-        curves: ``{model: evaluation.k_curves(...)}``.
+        curves: ``{model: stats.k_curves(...)}``.
     """
     ax = _axes(ax)
     palette = [COLORS["base"], COLORS["trained"], COLORS["reward"], COLORS["length"]]

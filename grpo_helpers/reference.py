@@ -116,11 +116,11 @@ class RecordedRun:
 
 def summarize_records(base: pd.DataFrame, trained: pd.DataFrame) -> dict[str, Any]:
     """Exact and lenient accuracy before / after and McNemar's p, from records."""
-    from grpo_helpers import evaluation
+    from grpo_helpers import report
 
     out: dict[str, Any] = {"n": len(base)}
     for grade in ("exact", "lenient"):
-        comparison = evaluation.compare(base, trained, grade)
+        comparison = report.compare(base, trained, grade)
         out[grade] = {
             "before": comparison.base_acc,
             "after": comparison.trained_acc,

@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from grpo_helpers import ablation, evaluation, presets
+from grpo_helpers import ablation, presets, stats
 from grpo_helpers.config import SETTINGS, GRPOConfig
 
 #: What a variant's name promises it changes, by a word of the name.
@@ -107,14 +107,12 @@ def test_paired_outcomes_pool_the_flips_of_every_seed():
     row = table.loc["ppo, mu=2"]
     # seed 0: 2 flips to the variant; seed 1: 2 each way
     assert (row["b"], row["c"], row["pairs"], row["seeds"]) == (4, 2, 20, 2)
-    assert row["p_value"] == pytest.approx(evaluation.mcnemar_exact_p(4, 2))
+    assert row["p_value"] == pytest.approx(stats.mcnemar_exact_p(4, 2))
     assert row["difference"] == pytest.approx((9 - 7) / 20)
     assert row["ci_low"] <= row["difference"] <= row["ci_high"]
     learning = ablation.baseline_learning(results)
     assert list(learning["exact after"]) == [0.5, 0.2]
-    assert learning["exact p"].iloc[0] == pytest.approx(
-        evaluation.mcnemar_exact_p(5, 0)
-    )
+    assert learning["exact p"].iloc[0] == pytest.approx(stats.mcnemar_exact_p(5, 0))
 
 
 @pytest.mark.slow

@@ -22,19 +22,20 @@ import pytest
 import pytrio
 from pytrio.types import SampleResponse, SampleSequence
 
-from grpo_helpers import evaluation
-from grpo_helpers.evaluation import (
+from grpo_helpers import evaluation, report, stats
+from grpo_helpers.evaluation import evaluate, evaluate_async
+from grpo_helpers.report import (
     accuracy_rows,
     compare,
-    evaluate,
-    evaluate_async,
     format_results_table,
+    summarize,
+)
+from grpo_helpers.stats import (
     maj_at_k,
     majority_answer,
     mcnemar_exact_p,
     paired_bootstrap_ci,
     pass_at_k,
-    summarize,
     wilson_interval,
 )
 
@@ -318,10 +319,13 @@ def test_paired_bootstrap_is_seeded_and_sensible() -> None:
         paired_bootstrap_ci([1, 0], [1])
 
 
-def test_module_doctests() -> None:
-    failures, tried = doctest.testmod(evaluation, verbose=False)[:2]
-    assert tried > 10
+@pytest.mark.parametrize(
+    "module", [evaluation, report, stats], ids=lambda m: m.__name__
+)
+def test_module_doctests(module) -> None:
+    failures, tried = doctest.testmod(module, verbose=False)[:2]
     assert failures == 0
+    assert tried > 10 or module is not stats
 
 
 # --------------------------------------------------------------------------------------
@@ -786,16 +790,16 @@ def test_k_curves_by_hand():
             "correct": [[True, True, False], [False, True, False]],
         }
     )
-    curves = evaluation.k_curves(records).set_index("k")
+    curves = stats.k_curves(records).set_index("k")
     # k = 1: one sample; pass@1 = maj@1 = mean fraction correct = (2/3 + 1/3) / 2
     assert curves.loc[1, "pass@k"] == pytest.approx(0.5)
     assert curves.loc[1, "maj@k"] == pytest.approx(0.5)
     # k = 3: pass@3 = any right (both questions); maj@3: question 0's majority is
     # 3 (right); question 1 has three different answers, a tie
     assert curves.loc[3, "pass@k"] == pytest.approx(1.0)
-    tie = evaluation.maj_at_k(["1", "5", "2"], "5")
+    tie = stats.maj_at_k(["1", "5", "2"], "5")
     assert curves.loc[3, "maj@k"] == pytest.approx((1.0 + float(tie)) / 2)
     # k = 2: pass@2 = 1 - C(n-c, 2)/C(3, 2): q0 -> 1, q1 -> 1 - 1/3
     assert curves.loc[2, "pass@k"] == pytest.approx((1 + 2 / 3) / 2)
     with pytest.raises(ValueError, match="num_samples > 1"):
-        evaluation.k_curves(records.drop(columns="answers"))
+        stats.k_curves(records.drop(columns="answers"))

@@ -42,10 +42,10 @@ from grpo_helpers import (
     checks,
     cli,
     course,
-    evaluation,
     grading,
     hidden_tests,
     rewards,
+    stats,
 )
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -231,7 +231,7 @@ def _positional_flips(base_records, trained_records):
     trained = list(trained_records["exact"])
     b = sum(1 for x, y in zip(base, trained, strict=True) if not x and y)
     c = sum(1 for x, y in zip(base, trained, strict=True) if x and not y)
-    return b, c, evaluation.mcnemar_exact_p(b, c) if b + c else 1.0
+    return b, c, stats.mcnemar_exact_p(b, c) if b + c else 1.0
 
 
 #: A typical wrong answer to every exercise.
@@ -283,7 +283,7 @@ WRONG = {
         next(
             n
             for n in range(2, 100_000)
-            if np.diff(evaluation.wilson_interval(round(accuracy * n), n))[0] / 2
+            if np.diff(stats.wilson_interval(round(accuracy * n), n))[0] / 2
             < half_width
         )
         + 1
@@ -328,8 +328,7 @@ def _delegate_questions(accuracy, half_width):
     return next(
         n
         for n in range(1, 100_000)
-        if np.diff(evaluation.wilson_interval(round(accuracy * n), n))[0] / 2
-        <= half_width
+        if np.diff(stats.wilson_interval(round(accuracy * n), n))[0] / 2 <= half_width
     )
 
 
@@ -342,12 +341,12 @@ DELEGATES = {
     "success_advantage": lambda g, k, scale="none": advantages.group_advantages(
         [1.0] * k + [0.0] * (g - k), scale=scale
     )[0],
-    "wilson_by_hand": lambda k, n, z=1.96: evaluation.wilson_interval(k, n),
+    "wilson_by_hand": lambda k, n, z=1.96: stats.wilson_interval(k, n),
     "flips_and_p": lambda base, trained: (
         lambda merged: (
             b := int((~merged["exact_x"] & merged["exact_y"]).sum()),
             c := int((merged["exact_x"] & ~merged["exact_y"]).sum()),
-            evaluation.mcnemar_exact_p(b, c),
+            stats.mcnemar_exact_p(b, c),
         )
     )(base.merge(trained, on="index")),
     "token_weights": lambda lengths, mode, max_tokens: advantages.length_scales(

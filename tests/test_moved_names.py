@@ -52,6 +52,30 @@ MOVED = [
     ],
     ("training", "build_grpo_datum", "datum", "build_grpo_datum"),
     ("training", "RolloutSample", "datum", "RolloutSample"),
+    # the statistics: grpo_helpers.stats
+    *[
+        ("evaluation", name, "stats", name)
+        for name in (
+            "k_curves",
+            "maj_at_k",
+            "majority_answer",
+            "mcnemar_exact_p",
+            "paired_bootstrap_ci",
+            "pass_at_k",
+            "wilson_interval",
+        )
+    ],
+    # what the records say: grpo_helpers.report
+    *[
+        ("evaluation", name, "report", name)
+        for name in (
+            "Comparison",
+            "accuracy_rows",
+            "compare",
+            "format_results_table",
+            "summarize",
+        )
+    ],
     # the arithmetic track: grpo_helpers.arithmetic
     *[
         ("data", name, "arithmetic", name)

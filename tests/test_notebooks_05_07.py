@@ -35,12 +35,13 @@ from grpo_helpers import (
     checks,
     data,
     datum,
-    evaluation,
     presets,
     prompts,
+    report,
     rewards,
     rollout,
     run_files,
+    stats,
     step_math,
     training,
 )
@@ -442,7 +443,7 @@ def test_06_train_step_async(service, question):
 def test_07_wilson_by_hand(k, n):
     solution = load_solution("07")
     low, high = solution.wilson_by_hand(k, n)
-    want = evaluation.wilson_interval(k, n)
+    want = stats.wilson_interval(k, n)
     assert (low, high) == pytest.approx(want, abs=1e-4)
 
 
@@ -470,7 +471,7 @@ def test_07_flips_and_p_matches_compare(seed):
     trained_frame = pd.DataFrame(
         {"index": range(60), "exact": trained, "lenient": trained}
     )
-    comparison = evaluation.compare(
+    comparison = report.compare(
         base_frame.assign(**full), trained_frame.assign(**full), n_bootstrap=0
     )
     assert (b, c) == (comparison.wrong_to_right, comparison.right_to_wrong)
@@ -487,7 +488,7 @@ def test_07_questions_needed():
     solution = load_solution("07")
 
     def half_width(accuracy, n):
-        low, high = evaluation.wilson_interval(round(accuracy * n), n)
+        low, high = stats.wilson_interval(round(accuracy * n), n)
         return (high - low) / 2
 
     for accuracy, target in itertools.product((0.5, 0.8, 0.95), (0.1, 0.05, 0.03)):
@@ -499,16 +500,12 @@ def test_07_questions_needed():
 
 def test_07_what_the_notebook_quotes():
     """The article's 79/100 and 95/100 intervals and the McNemar scenarios."""
-    assert evaluation.wilson_interval(79, 100) == pytest.approx(
-        (0.700, 0.858), abs=1e-3
-    )
-    assert evaluation.wilson_interval(95, 100) == pytest.approx(
-        (0.888, 0.978), abs=1e-3
-    )
+    assert stats.wilson_interval(79, 100) == pytest.approx((0.700, 0.858), abs=1e-3)
+    assert stats.wilson_interval(95, 100) == pytest.approx((0.888, 0.978), abs=1e-3)
     for b, c in [(16, 0), (18, 2), (20, 4), (24, 8)]:
-        assert evaluation.mcnemar_exact_p(b, c) < 0.01
-    assert evaluation.mcnemar_exact_p(16, 0) == pytest.approx(2 / 2**16)
-    assert math.isclose(evaluation.mcnemar_exact_p(0, 0), 1.0)
+        assert stats.mcnemar_exact_p(b, c) < 0.01
+    assert stats.mcnemar_exact_p(16, 0) == pytest.approx(2 / 2**16)
+    assert math.isclose(stats.mcnemar_exact_p(0, 0), 1.0)
 
 
 # ----------------------------------------------------------------------------------

@@ -17,7 +17,7 @@ def wilson_by_hand(successes: int, n: int, z: float = 1.96) -> tuple[float, floa
     ``centre = (p + z^2 / 2n) / (1 + z^2 / n)`` and
     ``half = z / (1 + z^2 / n) * sqrt(p (1 - p) / n + z^2 / 4n^2)``; the interval is
     clipped to [0, 1] (at 0 or n successes the formula touches the bound itself).
-    With ``z = 1.96`` it matches ``evaluation.wilson_interval`` (whose z is
+    With ``z = 1.96`` it matches ``stats.wilson_interval`` (whose z is
     1.95996...) to about 1e-5.
     """
     p = successes / n
@@ -89,7 +89,7 @@ HIDDEN_CASES = {
         "cases": [(3, 7), (42, 50), (0, 4), (12, 12), (250, 300), (1, 1000), (17, 40)],
         # the package's z is 1.95996..., the exercise's 1.96: both pass
         "tol": 1e-4,
-        "forbid": ["grpo_helpers.evaluation.wilson_interval"],
+        "forbid": ["grpo_helpers.stats.wilson_interval"],
     },
     # Each case: exact grades of the base and trained model by question index,
     # and the order in which the trained records come (any order must work).
@@ -105,8 +105,8 @@ HIDDEN_CASES = {
         ],
         "tol": 1e-9,
         "forbid": [
-            "grpo_helpers.evaluation.mcnemar_exact_p",
-            "grpo_helpers.evaluation.compare",
+            "grpo_helpers.stats.mcnemar_exact_p",
+            "grpo_helpers.report.compare",
         ],
         "setup": """
 def prepare(case):
