@@ -3,7 +3,7 @@
 The rest of the series only calls PyTRIO's client methods on what ``connect`` returns,
 so the same loop trains on PyTRIO's servers or on this machine:
 
-* ``"local"`` (default): ``grpo_helpers.local.engine.LocalServiceClient``, PyTorch +
+* ``"local"`` (default): ``grpo_helpers.local.service.LocalServiceClient``, PyTorch +
   LoRA on this machine, offline, with SmolLM2-135M-Instruct.
 * ``"pytrio"``: ``pytrio.ServiceClient()``, which needs ``trio login`` (or
   ``PYTRIO_API_KEY``) and the network.
@@ -65,7 +65,7 @@ def connect(backend: str | None = None, **kwargs: Any) -> Any:
     """
     name = (backend or SETTINGS.backend or "local").strip().lower()
     if name == "local":
-        from grpo_helpers.local.engine import LocalServiceClient
+        from grpo_helpers.local.service import LocalServiceClient
 
         return LocalServiceClient(**kwargs)
     if name == "pytrio":

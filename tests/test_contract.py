@@ -14,11 +14,9 @@ import inspect
 import pytest
 import pytrio as trio
 
-from grpo_helpers.local.engine import (
-    LocalSamplingClient,
-    LocalServiceClient,
-    LocalTrainingClient,
-)
+from grpo_helpers.local.sampling_client import LocalSamplingClient
+from grpo_helpers.local.service import LocalServiceClient
+from grpo_helpers.local.training_client import LocalTrainingClient
 
 NOT_PROVIDED = {
     # REST metadata (training runs, checkpoints on PyTRIO's servers): no local twin.

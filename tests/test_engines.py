@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from grpo_helpers import engines
-from grpo_helpers.local.engine import LocalServiceClient
+from grpo_helpers.local.service import LocalServiceClient
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -110,7 +110,33 @@ MOVED = [
         )
     ],
     # LoRA adapters as data: grpo_helpers.local.adapters
-    ("local.host", "LORA_ALPHA", "local.adapters", "LORA_ALPHA"),
+    *[
+        ("local.host", name, "local.adapters", name)
+        for name in ("LORA_ALPHA", "AdapterSnapshot", "LoraSpec", "linear_groups")
+    ],
+    # one module per client of the local engine
+    ("local.engine", "LocalServiceClient", "local.service", "LocalServiceClient"),
+    ("local.engine", "default_run_dir", "local.service", "default_run_dir"),
+    (
+        "local.engine",
+        "LocalTrainingClient",
+        "local.training_client",
+        "LocalTrainingClient",
+    ),
+    (
+        "local.engine",
+        "LocalSamplingClient",
+        "local.sampling_client",
+        "LocalSamplingClient",
+    ),
+    *[
+        ("local", name, f"local.{module}", name)
+        for name, module in (
+            ("LocalServiceClient", "service"),
+            ("LocalTrainingClient", "training_client"),
+            ("LocalSamplingClient", "sampling_client"),
+        )
+    ],
 ]
 
 

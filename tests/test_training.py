@@ -516,7 +516,7 @@ def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path
 def test_this_session_writes_no_run_into_the_project(session_runs_dir):
     """tests/conftest.py moved every default run folder to a temporary one."""
     from grpo_helpers.config import SETTINGS
-    from grpo_helpers.local.engine import default_run_dir
+    from grpo_helpers.local.service import default_run_dir
 
     project_runs = SETTINGS.project_root / "runs"
     assert SETTINGS.runs_dir == session_runs_dir.resolve()

@@ -35,6 +35,9 @@ from typing import Any
 import torch
 from pytrio.errors.base import ValidationError
 
+from grpo_helpers.local.adapters import AdapterSnapshot, LoraSpec
+from grpo_helpers.local.models import canonical_name
+
 SCHEME = "local://"
 FORMAT = "grpo-local-lora/1"
 PEFT_PREFIX = "base_model.model."
@@ -178,3 +181,32 @@ def load_checkpoint(
             )
         optimizer_state = torch.load(opt_path, map_location="cpu", weights_only=True)
     return meta, tensors, optimizer_state
+
+
+def load_snapshot(uri: str, base_model: str, device: Any) -> AdapterSnapshot:
+    """The LoRA weights of a checkpoint, as a frozen snapshot on ``device``.
+
+    Args:
+        uri: the checkpoint (``local://...``, ``file://...`` or a path).
+        base_model: the base model the sampler runs (its canonical name).
+        device: where the tensors go (the model host's device).
+
+    Raises:
+        ValidationError: no checkpoint there, or one trained on another base model.
+    """
+    meta, tensors, _ = load_checkpoint(uri)
+    if canonical_name(meta["base_model"]) != base_model:
+        raise ValidationError(
+            f"Checkpoint {uri} was trained on {meta['base_model']!r}, not "
+            f"{base_model!r}.",
+            code="validation.checkpoint_config_mismatch",
+        )
+    spec = LoraSpec(
+        int(meta["rank"]),
+        bool(meta["train_mlp"]),
+        bool(meta["train_attn"]),
+        bool(meta["train_unembed"]),
+    )
+    # Keep the saved dtype (LoRA weights stay float32 even on a bf16 base model).
+    tensors = {k: v.to(device=device) for k, v in tensors.items()}
+    return AdapterSnapshot(spec, tensors, base_model, name=str(meta.get("name", "")))

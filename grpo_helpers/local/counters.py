@@ -11,9 +11,10 @@ Counters (one set per process, for every engine and model host together):
 
 ========================== =====================================================
 ``training_shared_groups``  Datums trained on a prefix computed once
-                            (``LocalTrainingClient._forward_shared``)
+                            (``forward._forward_shared``)
 ``training_shared_chunks``  chunks of suffixes run on top of such a prefix
-``training_plain_batches``  micro-batches of whole Datums (``_forward_plain``)
+``training_plain_batches``  micro-batches of whole Datums
+                            (``forward._forward_plain``)
 ``sampling_shared_prefills`` sampling batches whose common prompt start was
                             prefilled once (``sampling.generate``)
 ``sampling_plain_prefills`` sampling batches prefilled as left-padded prompts

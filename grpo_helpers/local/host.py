@@ -335,9 +335,9 @@ def get_host(
     Every client of every local ServiceClient in this process shares it, so a
     notebook that connects twice does not hold two copies of the weights.
     """
-    from grpo_helpers.local.models import SMOLLM2, _is_smollm2, default_dtype
+    from grpo_helpers.local.models import canonical_name, default_dtype
 
-    name = SMOLLM2 if _is_smollm2(base_model) else base_model
+    name = canonical_name(base_model)
     dtype = dtype or default_dtype(device)
     key = (name, str(device), str(dtype))
     with _hosts_lock:

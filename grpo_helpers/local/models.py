@@ -1,7 +1,7 @@
 """Where the local engine's base model and tokenizer come from, and how they load.
 
 The policy that GRPO trains is a base model plus a LoRA adapter. This module only
-finds and loads the *base*: the local engine (``grpo_helpers.local.engine``) puts the
+finds and loads the *base*: the model host (``grpo_helpers.local.host``) puts the
 adapter on top. Names resolve in this order:
 
 ``HuggingFaceTB/SmolLM2-135M-Instruct`` (the offline default)
@@ -161,6 +161,17 @@ def _smollm2_gguf() -> Path | None:
 
 def _is_smollm2(name: str) -> bool:
     return name.strip().lower() in _SMOLLM2_ALIASES
+
+
+def canonical_name(base_model: str) -> str:
+    """The one name of a base model: SmolLM2's aliases become :data:`SMOLLM2`.
+
+    Example::
+
+        >>> canonical_name("smollm2"), canonical_name("tiny-random")
+        ('HuggingFaceTB/SmolLM2-135M-Instruct', 'tiny-random')
+    """
+    return SMOLLM2 if _is_smollm2(base_model) else str(base_model)
 
 
 def _hub_offline() -> bool:
@@ -383,7 +394,7 @@ def load_tokenizer(base_model: str = DEFAULT_MODEL) -> Any:
     Raises:
         ModelNotFoundError: the name resolves to nothing.
     """
-    key = SMOLLM2 if _is_smollm2(base_model) else str(base_model)
+    key = canonical_name(base_model)
     return _load_tokenizer_cached(key)
 
 

@@ -5,7 +5,7 @@ In GRPO the Datums of one group are ``prompt + completion_i[:-1]``: the same pro
 Run one by one, a group of 8 recomputes the prompt 8 times: about 80% of the work.
 The local engine instead computes each shared prefix once, keeps its keys and
 values, and runs every completion on top of them (see
-``LocalTrainingClient._forward_shared``). This module only decides *which* Datums
+``grpo_helpers.local.forward``). This module only decides *which* Datums
 share *how many* tokens; it knows nothing about models.
 
 The plan minimises the number of token positions the model must compute. Sorted
