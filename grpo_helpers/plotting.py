@@ -1,7 +1,13 @@
 """Every figure of the series, in one style: ``ax=None`` in, the axes out.
 
-Plots read data (a metrics DataFrame, ``metrics.jsonl``, evaluation summaries),
-never the training objects, so a finished run directory can be plotted again later.
+Plots read data (a metrics DataFrame, ``metrics.jsonl`` through
+:mod:`grpo_helpers.run_files`, evaluation summaries), never the training objects, so
+a finished run directory can be plotted again later.
+
+The module is longer than most (about 700 lines) and stays whole on purpose: the
+series has one plotting module (the style guide's rule), so every figure has one
+style, one colour table and one place a learner looks for it; each function is one
+figure and shares nothing else with the others.
 
 Introduced in: 01_gsm8k_dataset.ipynb (histograms), used by every notebook.
 """

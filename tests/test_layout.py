@@ -1,4 +1,4 @@
-"""The package's layout: no import circle.
+"""The package's layout: no import circle, no oversized module without a reason.
 
 ``grpo_helpers`` is one module per idea (README, "How the code is organised"). These
 tests read the source with ``ast`` (nothing is imported, so an import inside a
@@ -9,10 +9,14 @@ package is an arrow, and no arrow may lead back to where it started.
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 PACKAGE = "grpo_helpers"
 ROOT = Path(__file__).resolve().parents[1] / PACKAGE
+
+#: Lines above which a module's docstring must say why it stays whole.
+MAX_LINES = 600
 
 
 def module_names(root: Path = ROOT, package: str = PACKAGE) -> dict[str, Path]:
@@ -135,3 +139,20 @@ def test_grpo_helpers_has_no_import_circle():
     assert len(graph) > 30  # the walker read the package
     found = cycles(graph)
     assert not found, "\n".join(describe(c, graph) for c in found)
+
+
+def _docstring(path: Path) -> str:
+    return ast.get_docstring(ast.parse(path.read_text())) or ""
+
+
+def test_a_module_over_600_lines_says_why_it_stays_whole():
+    unexplained = [
+        f"{name} ({lines} lines)"
+        for name, path in module_names().items()
+        if (lines := path.read_text().count("\n")) > MAX_LINES
+        and not re.search(r"\b(stays whole|stay together)\b", _docstring(path))
+    ]
+    assert not unexplained, (
+        f"over {MAX_LINES} lines: split by idea, or say in the module's docstring "
+        "why it stays whole: " + ", ".join(unexplained)
+    )

@@ -29,6 +29,9 @@ adapter stays unmerged (see :func:`choose_sampler` for why not a float32 copy).
 Every mask, position id and index tensor these decoders build is created on the
 model's device: a CPU mask applied to GPU scores raises.
 
+The two decoders stay together, a little over 600 lines: they are two answers to
+one interface, and the tests hold one against the other.
+
 Introduced in: 06_async_training_loop.ipynb (the engine's speed, not the maths)
 """
 
