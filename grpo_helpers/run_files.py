@@ -21,7 +21,6 @@ Introduced in: 05_sync_training_loop.ipynb
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ from typing import Any
 import pandas as pd
 
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.files import write_text_atomically
 from grpo_helpers.rewards import get_reward_fn
 
 #: Config fields that may differ when a run is resumed (they change no result).
@@ -59,15 +59,11 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2, sort_keys=True))
-    os.replace(tmp, path)
+    write_text_atomically(path, json.dumps(value, indent=2, sort_keys=True))
 
 
 def _rewrite_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    os.replace(tmp, path)
+    write_text_atomically(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 def load_metrics(run_dir: str | Path) -> pd.DataFrame:

@@ -25,16 +25,14 @@ Introduced in: 05_sync_training_loop.ipynb
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 import torch
 from pytrio.errors.base import ValidationError
 
+from grpo_helpers.files import write_atomically
 from grpo_helpers.local.adapters import AdapterSnapshot, LoraSpec
 from grpo_helpers.local.models import canonical_name
 
@@ -129,10 +127,9 @@ def save_checkpoint(
             "pass overwrite=True or choose another name.",
             code="validation.checkpoint_exists",
         )
-    directory.parent.mkdir(parents=True, exist_ok=True)
-    tmp = directory.parent / f".tmp-{directory.name}-{uuid.uuid4().hex[:8]}"
-    tmp.mkdir()
-    try:
+
+    def write(tmp: Path) -> None:
+        tmp.mkdir()
         flat = {
             PEFT_PREFIX + k: v.detach().contiguous().cpu() for k, v in tensors.items()
         }
@@ -142,16 +139,8 @@ def save_checkpoint(
         (tmp / META_FILE).write_text(json.dumps(info, indent=2) + "\n")
         if optimizer_state is not None:
             torch.save(optimizer_state, tmp / OPTIMIZER_FILE)
-        old = None
-        if directory.exists():
-            old = directory.parent / f".old-{directory.name}-{uuid.uuid4().hex[:8]}"
-            os.rename(directory, old)
-        os.rename(tmp, directory)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    write_atomically(directory, write)
     return sum(f.stat().st_size for f in directory.iterdir() if f.is_file())
 
 

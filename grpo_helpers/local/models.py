@@ -34,15 +34,14 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import os
-import shutil
 import socket
 import threading
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from grpo_helpers.config import SETTINGS
+from grpo_helpers.files import write_atomically
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TINY_RANDOM = "tiny-random"
@@ -251,25 +250,21 @@ def _gguf_cache_dir(gguf: Path) -> Path:
 
 
 def _atomic_write_dir(final: Path, write) -> Path:  # noqa: ANN001 - callable(Path)
-    """Call ``write(tmp_dir)``, then rename ``tmp_dir`` to ``final`` in one step.
+    """Call ``write(tmp_dir)`` on a new folder, then rename it to ``final`` at once
+    (:func:`grpo_helpers.files.write_atomically`), marked ``COMPLETE``.
 
-    An interrupted run leaves only a ``.tmp-*`` directory, never a half-written
-    cache; if another process won the race, its copy is kept and ours dropped.
+    An interrupted run leaves no half-written cache; if another process won the
+    race, its copy is kept and ours dropped.
     """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".tmp-{final.name}-{uuid.uuid4().hex[:8]}"
-    try:
+
+    def write_folder(tmp: Path) -> None:
         tmp.mkdir()
         write(tmp)
         (tmp / "COMPLETE").write_text("ok\n")
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if not (final / "COMPLETE").is_file():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
+
+    write_atomically(final, write_folder, replace=False)
+    if not (final / "COMPLETE").is_file():
+        raise FileExistsError(f"{final} exists but is not a complete cache entry")
     return final
 
 
