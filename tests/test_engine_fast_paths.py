@@ -204,6 +204,27 @@ def test_plan_leaves_short_or_unrelated_datums_alone():
     assert all(not g.shared for g in plan)
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_plain_micro_batches_come_from_the_one_packer(seed):
+    """Whole Datums are batched by ``prefix.plan_chunks``, the suffixes' packer:
+    every Datum once, a batch within the budget unless it holds one Datum alone."""
+    from grpo_helpers.local.forward import micro_batches
+
+    gen = torch.Generator().manual_seed(seed)
+    indices = torch.randperm(40, generator=gen)[: 1 + seed].tolist()  # any keys
+    lengths = {i: int(torch.randint(1, 300, (1,), generator=gen)) for i in indices}
+    budget = int(torch.randint(16, 1024, (1,), generator=gen))
+    batches = micro_batches(lengths, budget)
+    keys = list(lengths)
+    chunks = prefix.plan_chunks([lengths[i] for i in keys], budget)
+    assert batches == [[keys[k] for k in chunk] for chunk in chunks]
+    assert sorted(i for b in batches for i in b) == sorted(lengths)
+    for batch in batches:
+        widths = [lengths[i] for i in batch]
+        assert widths == sorted(widths)
+        assert len(batch) == 1 or len(batch) * max(widths) <= budget
+
+
 # ------------------------------------------------------------------ shared = plain
 
 

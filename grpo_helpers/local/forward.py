@@ -58,21 +58,6 @@ class _Row:
     values: torch.Tensor
 
 
-def _pack(order: list[int], lengths: list[int], budget: int) -> list[list[int]]:
-    """Cut ``order`` (sorted by length, ``lengths`` alike) into batches of at most
-    ``budget`` padded tokens (a longer item gets a batch of its own)."""
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i, length in zip(order, lengths, strict=True):
-        if current and (len(current) + 1) * length > budget:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
-
-
 def _pad(t: torch.Tensor, width: int, value: float) -> torch.Tensor:
     """Right-pad the last dimension of ``t`` to ``width`` with ``value``."""
     return F.pad(t, (0, width - t.shape[-1]), value=value)
@@ -141,10 +126,13 @@ def prepare(
 
 
 def micro_batches(lengths: dict[int, int], budget: int) -> list[list[int]]:
-    """Group Datum indices (shortest first, ``{index: length}``) into batches
-    of at most ``budget`` padded tokens."""
-    order = sorted(lengths, key=lambda i: lengths[i])
-    return _pack(order, [lengths[i] for i in order], budget)
+    """Group Datum indices (``{index: length}``) into right-padded batches of at
+    most ``budget`` padded tokens (a longer Datum gets a batch of its own), each
+    sorted by length: :func:`grpo_helpers.local.prefix.plan_chunks`, the packer the
+    suffixes of a shared prefix use too."""
+    indices = list(lengths)
+    chunks = prefix.plan_chunks([lengths[i] for i in indices], budget)
+    return [[indices[k] for k in chunk] for chunk in chunks]
 
 
 def _rows(job: ForwardJob) -> list[_Row]:

@@ -1,12 +1,12 @@
-"""Shared prompts in training: which Datums can compute their common prefix once.
+"""Planning the forward passes: which Datums share a prefix, and how to batch them.
 
 In GRPO the Datums of one group are ``prompt + completion_i[:-1]``: the same prompt
 (about 200 tokens in this series) followed by different completions (about 50).
 Run one by one, a group of 8 recomputes the prompt 8 times: about 80% of the work.
 The local engine instead computes each shared prefix once, keeps its keys and
 values, and runs every completion on top of them (see
-``grpo_helpers.local.forward``). This module only decides *which* Datums
-share *how many* tokens; it knows nothing about models.
+``grpo_helpers.local.forward``). This module only plans: *which* Datums share
+*how many* tokens, and how items are batched; it knows nothing about models.
 
 The plan minimises the number of token positions the model must compute. Sorted
 lexicographically, Datums with a common prefix sit next to each other, and the common
@@ -15,6 +15,11 @@ small dynamic programme then cuts the sorted list into runs. A run of ``n`` Datu
 sharing ``p`` tokens costs ``overhead + p + sum(len_i - p)`` positions; a Datum on
 its own costs ``len``. Every member keeps at least one token of its own (``p <=
 min(len_i) - 1``), so each member has a suffix to run.
+
+:func:`plan_chunks` is the engine's one packer: it cuts items into right-padded
+batches under a token budget, for the suffixes that run on a shared prefix, the
+plain micro-batches of whole Datums (``forward.micro_batches``) and the prompts
+that ``compute_logprobs`` scores on a shared prefix.
 
 Example::
 
