@@ -114,8 +114,5 @@ class AdapterSnapshot:
     name: str = ""
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
 
-    def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in self.tensors.values())
-
 
 __all__ = ["LORA_ALPHA", "AdapterSnapshot", "LoraSpec", "linear_groups"]

@@ -177,10 +177,6 @@ class ModelHost:
             for key, p in params.items():
                 p.copy_(tensors[key].to(device=p.device, dtype=p.dtype))
 
-    def spec(self, name: str) -> LoraSpec:
-        """The shape of adapter ``name``."""
-        return self._specs[name]
-
     @contextlib.contextmanager
     def using(
         self, snapshot: AdapterSnapshot | None, merged: bool = True
