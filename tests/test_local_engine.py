@@ -195,6 +195,41 @@ def test_micro_batching_gives_the_same_gradient(tmp_path, tok):
         assert torch.allclose(p.grad, q.grad, atol=1e-5)
 
 
+@pytest.mark.parametrize("clip", [0.0, 1e-3])
+def test_optim_step_measures_the_gradient_norm_once(svc, tok, monkeypatch, clip):
+    """The reported grad_norm is the one global norm a step computes:
+    clip_grad_norm_'s own return value when clipping, the plain norm otherwise."""
+    tc = new_client(svc, seed=3)
+    prompt, seq = sample_one(tc.save_weights_and_get_sampling_client(), tok)
+    tc.forward_backward([grpo_datum(prompt, seq, 1.0)], "importance_sampling").result()
+    grads = [p.grad for p in tc._params if p.grad is not None]
+    by_hand = float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
+    returned, norms = [], []
+    clip_grad_norm, vector_norm = (
+        torch.nn.utils.clip_grad_norm_,
+        torch.linalg.vector_norm,
+    )
+
+    def spy_clip(*args, **kwargs):
+        returned.append(clip_grad_norm(*args, **kwargs))
+        return returned[-1]
+
+    def spy_norm(*args, **kwargs):
+        norms.append(vector_norm(*args, **kwargs))
+        return norms[-1]
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", spy_clip)
+    monkeypatch.setattr(torch.linalg, "vector_norm", spy_norm)
+    adam = trio.AdamParams(learning_rate=1e-2, grad_clip_norm=clip)
+    metrics = tc.optim_step(adam).result().metrics
+    monkeypatch.undo()
+    assert len(norms) == 1  # one global norm per step, not one more to report
+    assert len(returned) == (1 if clip else 0)
+    assert metrics["grad_norm"] == float((returned or norms)[0])
+    assert metrics["grad_norm"] == pytest.approx(by_hand, rel=1e-6)
+    assert metrics["grad_norm"] > 10 * clip  # so clipping acted when asked
+
+
 def test_optim_step_honours_adam_params(svc, tok):
     prompt, seq = sample_one(
         new_client(svc).save_weights_and_get_sampling_client(), tok

@@ -293,14 +293,12 @@ class LocalTrainingClient:
     # ---------------------------------------------------------------- optimiser
 
     def _run_optim(self, adam: AdamParams) -> OptimStepResponse:
-        grads = [p.grad for p in self._params if p.grad is not None]
-        norm = (
-            float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])))
-            if grads
-            else 0.0
-        )
-        if adam.grad_clip_norm > 0 and grads:
-            torch.nn.utils.clip_grad_norm_(self._params, adam.grad_clip_norm)
+        if adam.grad_clip_norm > 0:
+            # clip_grad_norm_ returns the global norm it measured, before clipping
+            norm = torch.nn.utils.clip_grad_norm_(self._params, adam.grad_clip_norm)
+        else:
+            grads = [p.grad for p in self._params if p.grad is not None]
+            norm = torch.nn.utils.get_total_norm(grads)
         for group in self._optimizer.param_groups:
             group.update(
                 lr=adam.learning_rate,
@@ -314,7 +312,7 @@ class LocalTrainingClient:
         self.step += 1
         return OptimStepResponse(
             metrics={
-                "grad_norm": norm,
+                "grad_norm": float(norm),
                 "learning_rate": float(adam.learning_rate),
                 "step": float(self.step),
             }
