@@ -195,6 +195,27 @@ def test_micro_batching_gives_the_same_gradient(tmp_path, tok):
         assert torch.allclose(p.grad, q.grad, atol=1e-5)
 
 
+def test_a_collected_training_client_shuts_its_worker_thread_down(svc, tok):
+    """Each training client runs its calls on a thread of its own; once the client
+    is garbage collected (after the calls it queued), that thread ends."""
+    import gc
+
+    tc = new_client(svc, seed=4)
+    prompt, seq = sample_one(tc.save_weights_and_get_sampling_client(), tok)
+    tc.forward_backward([grpo_datum(prompt, seq, 1.0)], "importance_sampling")
+    pending = tc.optim_step(trio.AdamParams(learning_rate=1e-2))  # still queued
+    executor = tc._executor
+    threads = list(executor._threads)
+    assert threads and all(t.is_alive() for t in threads)
+    del tc
+    gc.collect()
+    assert pending.result().metrics["step"] == 1.0  # queued calls still run
+    for thread in threads:
+        thread.join(timeout=30)
+    assert executor._shutdown
+    assert not any(t.is_alive() for t in threads)
+
+
 @pytest.mark.parametrize("clip", [0.0, 1e-3])
 def test_optim_step_measures_the_gradient_norm_once(svc, tok, monkeypatch, clip):
     """The reported grad_norm is the one global norm a step computes:

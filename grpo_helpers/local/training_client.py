@@ -4,7 +4,8 @@ A :class:`LocalTrainingClient` holds one LoRA adapter on its base model's
 :class:`~grpo_helpers.local.host.ModelHost`, and its AdamW state. Its calls are
 queued on one worker thread and run in submission order, exactly as PyTRIO orders
 the events of one training run, so ``forward_backward`` and ``optim_step`` can be
-submitted back to back and awaited later:
+submitted back to back and awaited later. When the client is garbage collected,
+its adapter is retired and its worker thread ends:
 
 =========================================== ==========================================
 ``tc.forward_backward(...)``                returns ``APIFuture``; ``.result()`` waits
@@ -105,6 +106,9 @@ class LocalTrainingClient:
         self._params = list(host.parameters(self._adapter).values())
         self._optimizer = torch.optim.AdamW(self._params, lr=1e-4)
         self._executor = ThreadPoolExecutor(1, thread_name_prefix="grpo-local-train")
+        # When the client is collected, its worker thread ends once the calls
+        # already queued have run (each queued call holds the client until then).
+        weakref.finalize(self, self._executor.shutdown, wait=False)
         self._started = False
         self.step = 0
 
