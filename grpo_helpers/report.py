@@ -56,8 +56,19 @@ def _name_of(result: Evaluated | pd.DataFrame, default: str) -> str:
     return default if isinstance(result, pd.DataFrame) else result.name
 
 
-def _summary_of(result: Evaluated | Mapping[str, Any]) -> Mapping[str, Any]:
-    return result if isinstance(result, Mapping) else result.summary
+def _named_summaries(
+    results: Mapping[str, Evaluated | Mapping[str, Any]] | Sequence[Evaluated],
+) -> list[tuple[str, Mapping[str, Any]]]:
+    """``(name, summary)`` of ``{name: result or summary}`` or of a list of
+    results (named by their ``name``)."""
+    if isinstance(results, Mapping):
+        items = list(results.items())
+    else:
+        items = [(result.name, result) for result in results]
+    return [
+        (name, result if isinstance(result, Mapping) else result.summary)
+        for name, result in items
+    ]
 
 
 def summarize(
@@ -364,16 +375,10 @@ def format_results_table(
             trained | 95.0% [88.8, 97.8] | 95.0% [88.8, 97.8] | 100.0% | 100
             difference (trained - base, exact): +16.0 pts [...]; ... p = 0.0004
     """
-    if isinstance(results, Mapping):
-        items = list(results.items())
-    else:
-        items = [(result.name, result) for result in results]
-    rows = []
-    for name, result in items:
-        summary = _summary_of(result)
-        rows.append(
-            {key: str(value) for key, value in summary_row(name, summary).items()}
-        )
+    rows = [
+        {key: str(value) for key, value in summary_row(name, summary).items()}
+        for name, summary in _named_summaries(results)
+    ]
     header = list(rows[0]) if rows else ["model"]
     for row in rows[1:]:
         header += [key for key in row if key not in header]
@@ -402,24 +407,18 @@ def accuracy_rows(
         lenient_high, boxed`` (proportions), the input of
         ``plotting.plot_accuracy_comparison``.
     """
-    if isinstance(results, Mapping):
-        items = list(results.items())
-    else:
-        items = [(result.name, result) for result in results]
-    rows = []
-    for name, result in items:
-        summary = _summary_of(result)
-        rows.append(
-            {
-                "model": name,
-                "n": summary["n"],
-                "exact": summary["exact_acc"],
-                "exact_low": summary["exact_ci"][0],
-                "exact_high": summary["exact_ci"][1],
-                "lenient": summary["lenient_acc"],
-                "lenient_low": summary["lenient_ci"][0],
-                "lenient_high": summary["lenient_ci"][1],
-                "boxed": summary["boxed_frac"],
-            }
-        )
+    rows = [
+        {
+            "model": name,
+            "n": summary["n"],
+            "exact": summary["exact_acc"],
+            "exact_low": summary["exact_ci"][0],
+            "exact_high": summary["exact_ci"][1],
+            "lenient": summary["lenient_acc"],
+            "lenient_low": summary["lenient_ci"][0],
+            "lenient_high": summary["lenient_ci"][1],
+            "boxed": summary["boxed_frac"],
+        }
+        for name, summary in _named_summaries(results)
+    ]
     return pd.DataFrame(rows)

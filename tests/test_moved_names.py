@@ -12,132 +12,55 @@ import importlib
 
 import pytest
 
+#: Old module: {new module: the names that moved there}. A name that changed on
+#: the way is in RENAMED.
+HOMES = {
+    "training": {
+        "data": "load_split",
+        "step_math": "OBJECTIVE_METRICS PromptGroup build_step_datums derive_seed "
+        "format_step_line kl_terms ratio_metrics reference_inputs sample_records "
+        "step_metrics trained_samples",
+        "run_files": "DRIFT_DROP DRIFT_STEPS RESUME_MUTABLE_FIELDS SAME_DATA_KEYS "
+        "TOKEN_COUNTERS RunDirectory box_drift find_weights load_metrics "
+        "load_samples read_jsonl",
+        "datum": "build_grpo_datum RolloutSample",  # only imported there, once
+    },
+    "evaluation": {
+        "stats": "k_curves maj_at_k majority_answer mcnemar_exact_p "
+        "paired_bootstrap_ci pass_at_k wilson_interval",
+        "report": "Comparison accuracy_rows compare format_results_table summarize",
+    },
+    "data": {
+        "arithmetic": "ARITHMETIC_ROWS DIFFICULTIES arithmetic_split "
+        "make_arithmetic_problems make_arithmetic_splits",
+    },
+    "export": {
+        "trl_mapping": "ADAM FIELD_RULES INSTALL_HINT KNOWN_DIFFERENCES LOSS_TYPES "
+        "TRL_VERSION Difference ExportRefused FieldRule field_names loss_scale "
+        "refusals reward_names trl_missing trl_settings trl_version",
+    },
+    "local.host": {
+        "local.adapters": "LORA_ALPHA AdapterSnapshot LoraSpec linear_groups",
+    },
+    "local.engine": {
+        "local.service": "LocalServiceClient default_run_dir",
+        "local.training_client": "LocalTrainingClient",
+        "local.sampling_client": "LocalSamplingClient",
+    },
+    # the package's lazy names, from the modules that hold them
+    "local": {
+        "local.service": "LocalServiceClient",
+        "local.training_client": "LocalTrainingClient",
+        "local.sampling_client": "LocalSamplingClient",
+    },
+}
+RENAMED = [("training", "SPLITS", "data", "RUN_SPLITS")]
 MOVED = [
-    # the run's rows: grpo_helpers.data
-    ("training", "load_split", "data", "load_split"),
-    ("training", "SPLITS", "data", "RUN_SPLITS"),
-    # one step's arithmetic: grpo_helpers.step_math
-    *[
-        ("training", name, "step_math", name)
-        for name in (
-            "OBJECTIVE_METRICS",
-            "PromptGroup",
-            "build_step_datums",
-            "derive_seed",
-            "format_step_line",
-            "kl_terms",
-            "ratio_metrics",
-            "reference_inputs",
-            "sample_records",
-            "step_metrics",
-            "trained_samples",
-        )
-    ],
-    # the run directory: grpo_helpers.run_files
-    *[
-        ("training", name, "run_files", name)
-        for name in (
-            "DRIFT_DROP",
-            "DRIFT_STEPS",
-            "RESUME_MUTABLE_FIELDS",
-            "SAME_DATA_KEYS",
-            "TOKEN_COUNTERS",
-            "RunDirectory",
-            "box_drift",
-            "find_weights",
-            "load_metrics",
-            "load_samples",
-            "read_jsonl",
-        )
-    ],
-    ("training", "build_grpo_datum", "datum", "build_grpo_datum"),
-    ("training", "RolloutSample", "datum", "RolloutSample"),
-    # the statistics: grpo_helpers.stats
-    *[
-        ("evaluation", name, "stats", name)
-        for name in (
-            "k_curves",
-            "maj_at_k",
-            "majority_answer",
-            "mcnemar_exact_p",
-            "paired_bootstrap_ci",
-            "pass_at_k",
-            "wilson_interval",
-        )
-    ],
-    # what the records say: grpo_helpers.report
-    *[
-        ("evaluation", name, "report", name)
-        for name in (
-            "Comparison",
-            "accuracy_rows",
-            "compare",
-            "format_results_table",
-            "summarize",
-        )
-    ],
-    # the arithmetic track: grpo_helpers.arithmetic
-    *[
-        ("data", name, "arithmetic", name)
-        for name in (
-            "ARITHMETIC_ROWS",
-            "DIFFICULTIES",
-            "arithmetic_split",
-            "make_arithmetic_problems",
-            "make_arithmetic_splits",
-        )
-    ],
-    # the mapping onto TRL: grpo_helpers.trl_mapping
-    *[
-        ("export", name, "trl_mapping", name)
-        for name in (
-            "ADAM",
-            "FIELD_RULES",
-            "INSTALL_HINT",
-            "KNOWN_DIFFERENCES",
-            "LOSS_TYPES",
-            "TRL_VERSION",
-            "Difference",
-            "ExportRefused",
-            "FieldRule",
-            "field_names",
-            "loss_scale",
-            "refusals",
-            "reward_names",
-            "trl_missing",
-            "trl_settings",
-            "trl_version",
-        )
-    ],
-    # LoRA adapters as data: grpo_helpers.local.adapters
-    *[
-        ("local.host", name, "local.adapters", name)
-        for name in ("LORA_ALPHA", "AdapterSnapshot", "LoraSpec", "linear_groups")
-    ],
-    # one module per client of the local engine
-    ("local.engine", "LocalServiceClient", "local.service", "LocalServiceClient"),
-    ("local.engine", "default_run_dir", "local.service", "default_run_dir"),
-    (
-        "local.engine",
-        "LocalTrainingClient",
-        "local.training_client",
-        "LocalTrainingClient",
-    ),
-    (
-        "local.engine",
-        "LocalSamplingClient",
-        "local.sampling_client",
-        "LocalSamplingClient",
-    ),
-    *[
-        ("local", name, f"local.{module}", name)
-        for name, module in (
-            ("LocalServiceClient", "service"),
-            ("LocalTrainingClient", "training_client"),
-            ("LocalSamplingClient", "sampling_client"),
-        )
-    ],
-]
+    (old, name, new, name)
+    for old, homes in HOMES.items()
+    for new, names in homes.items()
+    for name in names.split()
+] + RENAMED
 
 
 @pytest.mark.parametrize(
