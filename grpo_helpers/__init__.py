@@ -13,7 +13,19 @@ module                        what it does                                notebo
 ``grpo_helpers.rewards``      extract ``\boxed{}``, the three rewards     02
 ``grpo_helpers.advantages``   reward - group mean, degenerate groups      03
 ``grpo_helpers.datum``        prompt + completion[:-1] -> pytrio.Datum    04
+``grpo_helpers.arithmetic``   easy word problems in GSM8K's format        01
+``grpo_helpers.engines``      ``connect``: PyTRIO's or the local engine   04
+``grpo_helpers.rollout``      groups of completions, sync and async       05, 06
+``grpo_helpers.step_math``    a step's Datums, metrics, ratios, KL        05, 08
+``grpo_helpers.run_files``    the run directory: write, resume, read      05
+``grpo_helpers.training``     the sync and async loops                    05, 06
+``grpo_helpers.evaluation``   sample and grade held-out questions         07
+``grpo_helpers.report``       accuracies with intervals, base vs trained  07
+``grpo_helpers.stats``        Wilson, McNemar, bootstrap, pass@k, maj@k   07
+``grpo_helpers.plotting``     every figure of the series                  all
 ============================  ==========================================  ===========
+
+One module per idea; the README's "How the code is organised" has them all.
 
 Import a module and call through it (``from grpo_helpers import rewards``, then
 ``rewards.grade_answer(...)``), or take the most used functions from the top level.
