@@ -235,8 +235,8 @@ class LocalTrainingClient:
         the backward pass is left in the returned future.
         """
         job = self._prepare(data, "cross_entropy", None, False)
-        forward = self._submit(self._run_forward, job, False).result()
-        return self._submit_custom_backward(data, forward, loss_fn, loss_fn_config)
+        output = self._submit(self._run_forward, job, False).result()
+        return self._submit_custom_backward(data, output, loss_fn, loss_fn_config)
 
     async def forward_backward_custom_async(
         self,
@@ -248,13 +248,13 @@ class LocalTrainingClient:
         first await runs the forward pass and ``loss_fn``; await the returned
         future for the backward pass."""
         job = self._prepare(data, "cross_entropy", None, False)
-        forward = await self._submit(self._run_forward, job, False)
-        return self._submit_custom_backward(data, forward, loss_fn, loss_fn_config)
+        output = await self._submit(self._run_forward, job, False)
+        return self._submit_custom_backward(data, output, loss_fn, loss_fn_config)
 
     def _submit_custom_backward(
         self,
         data: list[Datum],
-        forward: ForwardBackwardOutput,
+        forward_output: ForwardBackwardOutput,
         loss_fn: Callable[..., Any],
         loss_fn_config: dict[str, object] | None,
     ) -> APIFuture[ForwardBackwardOutput]:
@@ -263,7 +263,7 @@ class LocalTrainingClient:
 
         logprobs = [
             torch.tensor(out["logprobs"].data, dtype=torch.float32).requires_grad_(True)
-            for out in forward.loss_fn_outputs
+            for out in forward_output.loss_fn_outputs
         ]
         loss, custom_metrics = _invoke_custom_loss(
             loss_fn, data, logprobs, loss_fn_config
