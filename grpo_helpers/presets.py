@@ -43,7 +43,7 @@ NOTEBOOK: dict[str, Any] = {
     "max_tokens": 48,
     "temperature": 0.6,
     "lora_rank": 16,
-    "learning_rate": 2e-4,
+    "learning_rate": 3e-4,
     # the demo scripts' reward: only a boxed right answer pays. The right-answer
     # reward (0.5 for an unboxed right answer) let a run drift out of the box on
     # a validation seed (bench/results/pilots-robust-defaults/README.md)
