@@ -349,6 +349,39 @@ def paired_outcomes(
     return pd.DataFrame(rows)
 
 
+def verdicts(outcomes: pd.DataFrame, alpha: float = 0.05) -> list[str]:
+    """One sentence per variant of :func:`paired_outcomes`, read from its numbers.
+
+    A variant differs from the baseline only when McNemar's p is below ``alpha``
+    *and* its interval excludes zero; otherwise the sentence says these questions
+    cannot tell it from the baseline, whatever the sign of the difference.
+
+    Example:
+        >>> table = pd.DataFrame([{"variant": "v", "seeds": 1, "pairs": 100,
+        ...     "difference": -0.2, "ci_low": -0.3, "ci_high": -0.1, "b": 2,
+        ...     "c": 22, "p_value": 1e-5}])
+        >>> print(verdicts(table)[0].replace(", 2 up", ",\\n2 up"))
+        v: -20 points [-30, -10] on 100 pairs (1 seed),
+        2 up and 22 down, p = 1e-05: worse than the baseline
+    """
+    lines = []
+    for row in outcomes.itertuples():
+        differs = row.p_value < alpha and (row.ci_low > 0 or row.ci_high < 0)
+        if differs:
+            reading = "better" if row.difference > 0 else "worse"
+            reading += " than the baseline"
+        else:
+            reading = "these questions cannot tell it from the baseline"
+        seeds = f"{row.seeds} seed" + ("s" if row.seeds != 1 else "")
+        lines.append(
+            f"{row.variant}: {100 * row.difference:+.0f} points "
+            f"[{100 * row.ci_low:+.0f}, {100 * row.ci_high:+.0f}] on {row.pairs} "
+            f"pairs ({seeds}), {row.b} up and {row.c} down, p = {row.p_value:.2g}: "
+            f"{reading}"
+        )
+    return lines
+
+
 def baseline_learning(
     results: Sequence[Mapping[str, Any]], variant: str = "baseline"
 ) -> pd.DataFrame:
@@ -424,4 +457,5 @@ __all__ = [
     "run_variant",
     "slug",
     "variant_config",
+    "verdicts",
 ]

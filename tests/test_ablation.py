@@ -110,6 +110,10 @@ def test_paired_outcomes_pool_the_flips_of_every_seed():
     assert row["p_value"] == pytest.approx(stats.mcnemar_exact_p(4, 2))
     assert row["difference"] == pytest.approx((9 - 7) / 20)
     assert row["ci_low"] <= row["difference"] <= row["ci_high"]
+    (line,) = ablation.verdicts(ablation.paired_outcomes(results))
+    assert line.startswith("ppo, mu=2: +10 points")
+    assert "on 20 pairs (2 seeds), 4 up and 2 down" in line
+    assert line.endswith("cannot tell it from the baseline")
     learning = ablation.baseline_learning(results)
     assert list(learning["exact after"]) == [0.5, 0.2]
     assert learning["exact p"].iloc[0] == pytest.approx(stats.mcnemar_exact_p(5, 0))

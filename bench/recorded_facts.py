@@ -1,0 +1,141 @@
+"""Every number that the prose of notebooks 07 and 08 and the README cites from the
+recorded runs, recomputed from their per-question records.
+
+A sentence that explains a result quotes numbers; this script is where they come
+from, and ``tests/test_claims.py`` checks that each phrase below appears, word for
+word, where the text cites it. Re-record a run and the test says which sentences
+to rewrite.
+
+Usage::
+
+    python bench/recorded_facts.py          # every fact, one per line
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+from grpo_helpers import ablation, answers, prompts, reference, report
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
+
+
+def _p(p: float) -> str:
+    return f"p = {p:.2g}"
+
+
+def _compare(before: pd.DataFrame, after: pd.DataFrame, grade: str) -> str:
+    c = report.compare(before, after, grade, n_bootstrap=0)
+    return f"{_pct(c.base_acc)} -> {_pct(c.trained_acc)} ({_p(c.p_value)})"
+
+
+def run_facts(name: str = reference.DEFAULT_RUN) -> dict[str, str]:
+    """Facts of one recorded run (notebook 07 and the README)."""
+    run = reference.load_run(name)
+    facts: dict[str, str] = {}
+    for grade in ("exact", "lenient"):
+        facts[f"{grade}"] = _compare(run.base, run.trained, grade)
+        if run.early is not None:
+            facts[f"{grade} early"] = _compare(run.base, run.early, grade)
+    stages = {"base": run.base, "trained": run.trained}
+    if run.early is not None:
+        stages["early"] = run.early
+    for stage, records in stages.items():
+        facts[f"boxed {stage}"] = _pct(records["boxed"].mean())
+    classes = {k: answers.classify_records(v) for k, v in stages.items()}
+    for stage, cls in classes.items():
+        counts = cls.value_counts()
+        for c in answers.CLASSES:
+            facts[f"{stage}: {c}"] = f"{int(counts.get(c, 0))} of {len(cls)}"
+    flips = answers.flip_breakdown(
+        run.base, run.trained, classes["base"], classes["trained"]
+    )
+    sources = answers.gain_sources(flips)
+    net = int(run.trained["exact"].sum() - run.base["exact"].sum())
+    box, in_time, arithmetic = (int(x) for x in sources.values)
+    facts["gain sources"] = (
+        f"{net:+d} questions: {box:+d} from the box, {in_time:+d} from answering "
+        f"in time and {arithmetic:+d} from the arithmetic"
+    )
+    if run.evals:
+        prompt_records = {"strawberry example (base)": run.base}
+        for prompt in ("zero-shot", "arithmetic example"):
+            if prompt in run.evals:
+                prompt_records[prompt] = run.evals[prompt]
+                for grade in ("exact", "lenient"):
+                    acc = run.evals[prompt][grade].mean()
+                    facts[f"{prompt} {grade}"] = _pct(acc)
+                cls = answers.classify_records(
+                    run.evals[prompt], prompts.PROMPT_EXAMPLES[prompt]
+                )
+                copied = int((cls == answers.COPIED).sum())
+                facts[f"{prompt}: copied"] = f"{copied} of {len(cls)}"
+        best = max(prompt_records, key=lambda k: prompt_records[k]["exact"].mean())
+        facts["best prompt"] = best
+        for grade in ("exact", "lenient"):
+            c = report.compare(prompt_records[best], run.trained, grade)
+            facts[f"beyond prompting {grade}"] = (
+                f"{_pct(c.base_acc)} -> {_pct(c.trained_acc)}, "
+                f"{100 * c.difference:+.0f} points, McNemar {_p(c.p_value)}"
+            )
+        if "gsm8k base" in run.evals:
+            base, trained = run.evals["gsm8k base"], run.evals["gsm8k trained"]
+            for grade in ("exact", "lenient"):
+                facts[f"gsm8k {grade}"] = _compare(base, trained, grade)
+            for stage, records in (("base", base), ("trained", trained)):
+                cut = records["completion_tokens"] >= run.meta["settings"].get(
+                    "gsm8k_max_tokens", 128
+                )
+                facts[f"gsm8k cut off {stage}"] = _pct(cut.mean())
+    return facts
+
+
+def ablation_facts() -> dict[str, str]:
+    """Facts of the recorded ablation (notebook 08, section 7)."""
+    results = ablation.load_results()
+    facts: dict[str, str] = {}
+    if not results:
+        return facts
+    for _, row in ablation.baseline_learning(results).iterrows():
+        facts[f"baseline seed {row['seed']}"] = ", ".join(
+            f"{grade} {_pct(row[f'{grade} before'])} -> {_pct(row[f'{grade} after'])} "
+            f"({_p(row[f'{grade} p'])})"
+            for grade in ("exact", "lenient")
+        )
+    for grade in ("exact", "lenient"):
+        table = ablation.paired_outcomes(results, grade)
+        for row in table.itertuples():
+            facts[f"{row.variant} {grade}"] = (
+                f"{100 * row.difference:+.0f} points "
+                f"[{100 * row.ci_low:+.0f}, {100 * row.ci_high:+.0f}], "
+                f"{row.b} up, {row.c} down, {_p(row.p_value)}"
+            )
+    mechanism = ablation.mechanism_table(results).groupby("variant", sort=False).mean()
+    for variant, row in mechanism.iterrows():
+        for name in ablation.MECHANISMS:
+            value = row[name]
+            if not (isinstance(value, float) and math.isnan(value)):
+                facts[f"{variant}: {name}"] = f"{value:.3g}"
+    return facts
+
+
+def main() -> None:
+    for title, facts in (("recorded run", run_facts()), ("ablation", ablation_facts())):
+        print(f"# {title}")
+        for key, value in facts.items():
+            print(f"{key}: {value}")
+    shaped = run_facts("shaped-reward")
+    print("# shaped-reward run")
+    for key in ("exact", "lenient", "exact early", "lenient early"):
+        if key in shaped:
+            print(f"{key}: {shaped[key]}")
+    for key in ("boxed base", "boxed early", "boxed trained"):
+        print(f"{key}: {shaped[key]}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The numbers in the prose are the recorded runs' numbers.
+
+Notebooks 07 and 08 and the README explain results in sentences, and a sentence
+quotes numbers. ``bench/recorded_facts.py`` recomputes each of them from the
+recorded per-question records; here every quoted fact must appear word for word in
+the cell (or README section) that cites it. Re-record a run and this test names
+the sentences to rewrite.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from functools import cache
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@cache
+def facts() -> dict[str, dict[str, str]]:
+    spec = importlib.util.spec_from_file_location(
+        "recorded_facts", ROOT / "bench" / "recorded_facts.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return {
+        "run": module.run_facts(),
+        "shaped": module.run_facts("shaped-reward"),
+        "ablation": module.ablation_facts(),
+    }
+
+
+def markdown_cell(stem: str, start: str) -> str:
+    """The markdown cell of a notebook that starts with ``start``."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", 4)
+    found = [
+        c.source
+        for c in nb.cells
+        if c.cell_type == "markdown" and c.source.startswith(start)
+    ]
+    assert len(found) == 1, f"{stem}: {len(found)} markdown cells start with {start!r}"
+    return found[0]
+
+
+def readme_section(title: str) -> str:
+    text = (ROOT / "README.md").read_text()
+    start = text.index(f"\n{title}\n")
+    end = text.find("\n## ", start + 1)
+    return text[start : end if end > 0 else None]
+
+
+NB07 = "07_base_vs_grpo_eval"
+NB08 = "08_what_the_knobs_do"
+
+#: (where, the start of the cell or the README heading) -> (facts, keys) it quotes.
+CITED: dict[tuple[str, str], tuple[str, list[str]]] = {}
+
+
+def cites(where: str, start: str, source: str, *keys: str) -> None:
+    CITED[(where, start)] = (source, list(keys))
+
+
+def text_of(where: str, start: str) -> str:
+    return readme_section(start) if where == "README" else markdown_cell(where, start)
+
+
+@pytest.mark.parametrize("where,start", list(CITED))
+def test_the_prose_quotes_the_recorded_numbers(where, start):
+    source, keys = CITED[(where, start)]
+    text = " ".join(text_of(where, start).split())
+    missing = [
+        f"{key}: {facts()[source][key]!r}"
+        for key in keys
+        if " ".join(facts()[source][key].split()) not in text
+    ]
+    assert not missing, (
+        f"{where} ({start!r}) does not quote, word for word, what "
+        f"bench/recorded_facts.py computes: {missing}"
+    )
