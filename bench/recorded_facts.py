@@ -47,6 +47,13 @@ def run_facts(name: str = reference.DEFAULT_RUN) -> dict[str, str]:
     for stage, records in stages.items():
         facts[f"boxed {stage}"] = _pct(records["boxed"].mean())
     classes = {k: answers.classify_records(v) for k, v in stages.items()}
+    for stage, records in stages.items():  # the example's words, copied or not
+        repeats = sum(answers.copies_example(c) for c in records["completion"])
+        facts[f"{stage}: repeats the example's words"] = f"{repeats} of {len(records)}"
+        no_working = sum(
+            answers.deciding_operation(c, None) is None for c in records["completion"]
+        )
+        facts[f"{stage}: writes no expression"] = f"{no_working} of {len(records)}"
     for stage, cls in classes.items():
         counts = cls.value_counts()
         for c in answers.CLASSES:
@@ -66,14 +73,21 @@ def run_facts(name: str = reference.DEFAULT_RUN) -> dict[str, str]:
         for prompt in ("zero-shot", "arithmetic example"):
             if prompt in run.evals:
                 prompt_records[prompt] = run.evals[prompt]
-                for grade in ("exact", "lenient"):
+                for grade in ("exact", "lenient", "boxed"):
                     acc = run.evals[prompt][grade].mean()
                     facts[f"{prompt} {grade}"] = _pct(acc)
+                no_working = sum(
+                    answers.deciding_operation(c, None) is None
+                    for c in run.evals[prompt]["completion"]
+                )
+                facts[f"{prompt}: writes no expression"] = (
+                    f"{no_working} of {len(run.evals[prompt])}"
+                )
                 cls = answers.classify_records(
                     run.evals[prompt], prompts.PROMPT_EXAMPLES[prompt]
                 )
-                copied = int((cls == answers.COPIED).sum())
-                facts[f"{prompt}: copied"] = f"{copied} of {len(cls)}"
+                for c, count in cls.value_counts().items():
+                    facts[f"{prompt}: {c}"] = f"{count} of {len(cls)}"
         best = max(prompt_records, key=lambda k: prompt_records[k]["exact"].mean())
         facts["best prompt"] = best
         for grade in ("exact", "lenient"):

@@ -22,7 +22,10 @@ class                                  the answer ...
 **Precedence**, first match wins: a right answer is right whatever else it does
 (``right, boxed`` counts exactly the exact grade, and ``right, boxed`` plus
 ``right, unboxed`` exactly the lenient one); then copying the example (a copy
-often runs into ``max_tokens`` too: copying is the cause); then ``cut off``; then
+often runs into ``max_tokens`` too: copying is the cause), unless the answer read
+is the result of an expression the completion writes: a model that keeps the
+example's opening words ("Let's spell the word out: 17 + 10 = 17") and then
+computes has answered, and its wrong number is judged as one; then ``cut off``; then
 ``no number``; the wrong-number classes last. An answer cut off inside
 ``\boxed{`` has no complete box: it is ``right, unboxed`` when its last number is
 right, else ``cut off``.
@@ -177,6 +180,21 @@ def deciding_operation(completion: str, answer: str | None) -> str | None:
     return _OPERATORS.get(chosen[1], chosen[1])
 
 
+def _computes(
+    completion: str, answer: str | None, fewshot: Sequence[Mapping[str, str]]
+) -> bool:
+    """Whether the answer read is the result of an expression the completion
+    writes (``a op b = c`` with ``c`` the answer) that the worked example does not
+    hold: the answer was computed, even after words of the example."""
+    if answer is None:
+        return False
+    copied = set(_EXPRESSION.findall(_example_answer(fewshot)))
+    return any(
+        rewards.answers_match(e[3], answer) and e not in copied
+        for e in _EXPRESSION.findall(completion)
+    )
+
+
 def classify(
     completion: str,
     gold: str,
@@ -208,7 +226,9 @@ def classify(
     answer, boxed = rewards.read_answer(completion)
     if rewards.answers_match(answer, gold):
         return RIGHT_BOXED if boxed else RIGHT_UNBOXED
-    if copies_example(completion, fewshot):
+    if copies_example(completion, fewshot) and not _computes(
+        completion, answer, fewshot
+    ):
         return COPIED
     if hit_max_tokens:
         return CUT_OFF

@@ -28,6 +28,12 @@ CASES = [
     (f"{COPY}. \\boxed{{9}}", "7", False, "+", COPIED, "copy, wrong box"),
     # precedence: a right boxed answer is right, even inside a copy of the example
     (f"{COPY} so 3 + 4 = 7. \\boxed{{7}}", "7", False, "+", RIGHT_BOXED, "copy+right"),
+    # the example's opening words, then an answer computed from the problem: the
+    # trained model's habit in the recorded run; its wrong number is judged as one
+    (f"{COPY[:45]}: 17 + 10 = 17. \\boxed{{17}}", "27", False, "+",
+     RIGHT_OPERATION, "example's words, then computed"),
+    (f"{COPY}: 7 + 6 = 13. \\boxed{{13}}", "1", False, "-", WRONG_OPERATION,
+     "copy, then computed with another operation"),
     # ... and a copy that ran out of tokens is a copy first
     (f"{COPY} 4) a 5) w 6) b", "70", True, "+", COPIED, "copy beats cut off"),
     ("Ava has 3 + 4 = 7 apples, and then she", "9", True, "+", CUT_OFF, "cut off"),

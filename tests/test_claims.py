@@ -63,6 +63,51 @@ def cites(where: str, start: str, source: str, *keys: str) -> None:
     CITED[(where, start)] = (source, list(keys))
 
 
+cites(
+    NB07,
+    "**Reading it.** In the recorded run",
+    "run",
+    "gain sources",
+    "base: copied the example",
+    "base: cut off",
+    "base: right, unboxed",
+    "trained: right operation, wrong result",
+    "trained: wrong operation",
+    "trained: repeats the example's words",
+)
+cites(
+    NB07,
+    "**Reading it.** Neither prompt",
+    "run",
+    "zero-shot exact",
+    "zero-shot: cut off",
+    "arithmetic example boxed",
+    "arithmetic example: writes no expression",
+    "arithmetic example exact",
+    "beyond prompting exact",
+    "beyond prompting lenient",
+    "trained: writes no expression",
+)
+cites(
+    NB07,
+    "**Reading it.** On GSM8K",
+    "run",
+    "gsm8k exact",
+    "gsm8k lenient",
+    "gsm8k cut off base",
+    "gsm8k cut off trained",
+)
+cites(
+    NB07,
+    "## Summary",
+    "run",
+    "gain sources",
+    "arithmetic example boxed",
+    "beyond prompting exact",
+    "gsm8k exact",
+)
+
+
 def text_of(where: str, start: str) -> str:
     return readme_section(start) if where == "README" else markdown_cell(where, start)
 
