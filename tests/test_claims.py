@@ -107,6 +107,19 @@ cites(
     "gsm8k exact",
 )
 
+cites(
+    NB08,
+    "## 7. What this ablation supports",
+    "ablation",
+    "baseline seed 0",
+    "KL beta=0.2 exact",
+    "KL beta=0.2 lenient",
+    "KL beta=0.2: KL to base (k3)",
+    "baseline: KL to base (k3)",
+    "KL beta=0.2: boxed",
+    "baseline: boxed",
+)
+
 
 def text_of(where: str, start: str) -> str:
     return readme_section(start) if where == "README" else markdown_cell(where, start)
