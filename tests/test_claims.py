@@ -118,6 +118,8 @@ cites(
     "baseline: KL to base (k3)",
     "KL beta=0.2: boxed",
     "baseline: boxed",
+    "right-answer reward exact",
+    "right-answer reward: boxed",
 )
 
 
