@@ -151,6 +151,7 @@ cites(
     "gsm8k cut off base",
 )
 cites("README", "## Results", "shaped", "exact", "lenient", "boxed early")
+cites("README", "### The recorded run", "ablation", "baseline seed 0")
 
 
 def text_of(where: str, start: str) -> str:
