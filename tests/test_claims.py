@@ -135,6 +135,7 @@ cites(
     "baseline: boxed",
     "right-answer reward exact",
     "right-answer reward: boxed",
+    "std-scaled advantages exact",
 )
 
 cites(
