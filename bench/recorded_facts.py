@@ -142,6 +142,19 @@ def ablation_facts() -> dict[str, str]:
                 f"[{100 * row.ci_low:+.0f}, {100 * row.ci_high:+.0f}], "
                 f"{row.b} up, {row.c} down, {_p(row.p_value)}"
             )
+    by_key = {(r["variant"], r["seed"]): pd.DataFrame(r["metrics"]) for r in results}
+    for (variant, seed), metrics in by_key.items():
+        base = by_key.get(("baseline", seed))
+        if base is None or variant == "baseline":
+            continue
+        same = int((metrics["reward_mean"] == base["reward_mean"]).sum())
+        facts[f"{variant}: steps with the baseline's reward"] = (
+            f"{same} of {len(metrics)} steps"
+        )
+        ratio = metrics["grad_norm"] / base["grad_norm"]
+        facts[f"{variant}: gradient norm / baseline's"] = (
+            f"{ratio.min():.4f} to {ratio.max():.4f}"
+        )
     mechanism = ablation.mechanism_table(results).groupby("variant", sort=False).mean()
     for variant, row in mechanism.iterrows():
         for name in ablation.MECHANISMS:

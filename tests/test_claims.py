@@ -136,6 +136,9 @@ cites(
     "right-answer reward exact",
     "right-answer reward: boxed",
     "std-scaled advantages exact",
+    "constant (Dr. GRPO): gradient norm / baseline's",
+    "constant (Dr. GRPO): steps with the baseline's reward",
+    "constant (Dr. GRPO) exact",
 )
 
 cites(
