@@ -139,6 +139,8 @@ cites(
     "constant (Dr. GRPO): gradient norm / baseline's",
     "constant (Dr. GRPO): steps with the baseline's reward",
     "constant (Dr. GRPO) exact",
+    "ppo, mu=2: clip fraction",
+    "ppo, mu=2 exact",
 )
 
 cites(
