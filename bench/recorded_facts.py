@@ -28,6 +28,14 @@ def _p(p: float) -> str:
     return f"p = {p:.2g}"
 
 
+def _no_expression(records: pd.DataFrame) -> str:
+    """How many answers write no ``a op b = c`` expression, as "k of n"."""
+    count = sum(
+        answers.deciding_operation(c, None) is None for c in records["completion"]
+    )
+    return f"{count} of {len(records)}"
+
+
 def _compare(before: pd.DataFrame, after: pd.DataFrame, grade: str) -> str:
     c = report.compare(before, after, grade, n_bootstrap=0)
     return f"{_pct(c.base_acc)} -> {_pct(c.trained_acc)} ({_p(c.p_value)})"
@@ -50,10 +58,7 @@ def run_facts(name: str = reference.DEFAULT_RUN) -> dict[str, str]:
     for stage, records in stages.items():  # the example's words, copied or not
         repeats = sum(answers.copies_example(c) for c in records["completion"])
         facts[f"{stage}: repeats the example's words"] = f"{repeats} of {len(records)}"
-        no_working = sum(
-            answers.deciding_operation(c, None) is None for c in records["completion"]
-        )
-        facts[f"{stage}: writes no expression"] = f"{no_working} of {len(records)}"
+        facts[f"{stage}: writes no expression"] = _no_expression(records)
     for stage, cls in classes.items():
         counts = cls.value_counts()
         for c in answers.CLASSES:
@@ -76,12 +81,8 @@ def run_facts(name: str = reference.DEFAULT_RUN) -> dict[str, str]:
                 for grade in ("exact", "lenient", "boxed"):
                     acc = run.evals[prompt][grade].mean()
                     facts[f"{prompt} {grade}"] = _pct(acc)
-                no_working = sum(
-                    answers.deciding_operation(c, None) is None
-                    for c in run.evals[prompt]["completion"]
-                )
-                facts[f"{prompt}: writes no expression"] = (
-                    f"{no_working} of {len(run.evals[prompt])}"
+                facts[f"{prompt}: writes no expression"] = _no_expression(
+                    run.evals[prompt]
                 )
                 cls = answers.classify_records(
                     run.evals[prompt], prompts.PROMPT_EXAMPLES[prompt]
