@@ -28,6 +28,7 @@ from grpo_helpers.config import (
     LOSS_FNS,
     NORMALIZATIONS,
     REWARDS,
+    RUN_SPLITS,
     SETTINGS,
     SWANLAB_MODES,
     GRPOConfig,
@@ -263,7 +264,12 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dataset", choices=DATASETS, default="gsm8k")
     p.add_argument("--difficulty", type=int, default=1, help="arithmetic only")
     p.add_argument("--seed", type=int, default=42, help="arithmetic problem seed")
-    p.add_argument("--split", choices=("test", "train"), default="test")
+    p.add_argument(
+        "--split",
+        choices=RUN_SPLITS,
+        default="test",
+        help="test (final, reported), validation (arithmetic only: tuning) or train",
+    )
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--max-tokens", type=int, default=512)
     p.add_argument("--concurrency", type=int, default=8)

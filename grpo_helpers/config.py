@@ -153,6 +153,9 @@ BACKENDS = tuple(DEFAULT_BASE_MODELS)
 REWARDS = tuple(REWARD_FUNCTIONS)  # the names a run can choose
 LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 DATASETS = ("gsm8k", "arithmetic")
+#: The splits a run can load: train on ``train``; choose settings on ``validation``
+#: (the arithmetic track only: GSM8K has no validation split); report on ``test``.
+RUN_SPLITS = ("train", "validation", "test")
 MODES = ("sync", "async")
 SWANLAB_MODES = ("offline", "local", "online")
 

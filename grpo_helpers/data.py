@@ -33,7 +33,7 @@ from pathlib import Path
 from datasets import Dataset
 
 from grpo_helpers.arithmetic import arithmetic_split, check_choice, check_int
-from grpo_helpers.config import SETTINGS, GRPOConfig
+from grpo_helpers.config import RUN_SPLITS, SETTINGS, GRPOConfig
 from grpo_helpers.rewards import normalize_answer
 
 __all__ = [
@@ -371,10 +371,6 @@ def batch_indices(size: int, step: int, batch_size: int, all_data: bool) -> list
 # ---------------------------------------------------------------------------
 # The rows of a run
 # ---------------------------------------------------------------------------
-
-#: The splits a run can load: train on ``train``; choose settings on ``validation``
-#: (the arithmetic track only: GSM8K has no validation split); report on ``test``.
-RUN_SPLITS = ("train", "validation", "test")
 
 
 def load_split(config: GRPOConfig, split: str) -> Dataset:

@@ -128,3 +128,11 @@ def test_eval_limit_below_one_is_refused(tmp_path, monkeypatch, capsys, limit):
     assert out.read_text() == "earlier records\n"
     refused([*EVAL, "--limit", limit], capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl"]
+
+
+def test_eval_on_gsm8k_validation_is_refused_with_where_to_tune(tmp_path, capsys):
+    gsm8k = ["eval", "--base-model", "tiny-random", "--backend", "local"]
+    out = tmp_path / "records.jsonl"
+    err = refused([*gsm8k, "--split", "validation", "--out", str(out)], capsys)
+    assert "GSM8K has no validation split" in err and "arithmetic" in err
+    assert not out.exists()

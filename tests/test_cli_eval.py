@@ -64,3 +64,17 @@ def test_eval_missing_checkpoint_is_a_clear_error(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "No local-engine checkpoint" in err
     assert "Traceback" not in err
+
+
+def test_eval_on_the_validation_split_asks_the_validation_questions(tmp_path, capsys):
+    from grpo_helpers import arithmetic
+
+    out = tmp_path / "records.jsonl"
+    args = [*ARGS, "--split", "validation", "--seed", "3", "--out", str(out)]
+    assert cli_main(args) == 0
+    assert "arithmetic validation[:4]" in capsys.readouterr().out
+    records = pd.read_json(out, lines=True, dtype=False)
+    wanted = arithmetic.arithmetic_split("validation", seed=3, difficulty=1)
+    assert list(records["question"]) == list(wanted.select(range(4))["question"])
+    test = arithmetic.arithmetic_split("test", seed=3, difficulty=1)
+    assert not set(records["question"]) & set(test["question"])
