@@ -141,6 +141,9 @@ cites(
     "constant (Dr. GRPO) exact",
     "ppo, mu=2: clip fraction",
     "ppo, mu=2 exact",
+    "sequence-mean: gradient norm / baseline's",
+    "sequence-mean: steps with the baseline's reward",
+    "sequence-mean exact",
 )
 
 cites(
@@ -177,4 +180,34 @@ def test_the_prose_quotes_the_recorded_numbers(where, start, source, keys):
     assert not missing, (
         f"{where} ({start!r}) does not quote, word for word, what "
         f"bench/recorded_facts.py computes: {missing}"
+    )
+
+
+#: The final-split runs of notebook 05's defaults, one JSON per seed.
+FINAL_SEEDS = ROOT / "bench" / "results" / "notebook-final"
+
+
+def test_the_readme_seed_table_is_the_bench_table():
+    """The README's rows for the final-split seeds are what ``bench/cpu_grpo_demo.py
+    --table`` prints for every seed file recorded, word for word (the summary line
+    that counts the seeds included)."""
+    spec = importlib.util.spec_from_file_location(
+        "cpu_grpo_demo", ROOT / "bench" / "cpu_grpo_demo.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    files = sorted(
+        FINAL_SEEDS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json"),
+        key=lambda p: int(p.stem.rsplit("seed", 1)[1]),
+    )
+    assert len(files) >= 3, files
+    results = [r for path in files for r in bench.load_results(path)]
+    assert all(r["split"] == "test" for r in results)
+    table = bench.markdown_table(results)
+    text = readme_section("## Results")
+    missing = [line for line in table.splitlines() if line and line not in text]
+    seeds = " ".join(f.stem.rsplit("-", 1)[1] for f in files)
+    assert not missing, (
+        f"README's ## Results lacks these lines of `python bench/cpu_grpo_demo.py "
+        f"--table` over {seeds} (paste the table again): {missing}"
     )
