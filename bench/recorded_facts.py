@@ -14,6 +14,7 @@ Usage::
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pandas as pd
 
@@ -123,9 +124,14 @@ def shaped_facts() -> dict[str, str]:
     return facts
 
 
-def ablation_facts() -> dict[str, str]:
-    """Facts of the recorded ablation (notebook 08, section 7)."""
-    results = ablation.load_results()
+def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
+    """Facts of the recorded ablation (notebook 08, section 7).
+
+    A variant's step and gradient facts cover every seed recorded for it and for the
+    baseline: the steps whose reward equals the baseline's are counted over all of
+    them, and the gradient ratio spans the lowest to the highest of any step.
+    """
+    results = ablation.load_results(directory)
     facts: dict[str, str] = {}
     if not results:
         return facts
@@ -144,15 +150,21 @@ def ablation_facts() -> dict[str, str]:
                 f"{row.b} up, {row.c} down, {_p(row.p_value)}"
             )
     by_key = {(r["variant"], r["seed"]): pd.DataFrame(r["metrics"]) for r in results}
+    same: dict[str, list[pd.Series]] = {}
+    ratios: dict[str, list[pd.Series]] = {}
     for (variant, seed), metrics in by_key.items():
         base = by_key.get(("baseline", seed))
         if base is None or variant == "baseline":
             continue
-        same = int((metrics["reward_mean"] == base["reward_mean"]).sum())
+        equal = metrics["reward_mean"] == base["reward_mean"]
+        same.setdefault(variant, []).append(equal)
+        ratios.setdefault(variant, []).append(metrics["grad_norm"] / base["grad_norm"])
+    for variant, steps in same.items():
+        equal = pd.concat(steps)
         facts[f"{variant}: steps with the baseline's reward"] = (
-            f"{same} of {len(metrics)} steps"
+            f"{int(equal.sum())} of {len(equal)} steps"
         )
-        ratio = metrics["grad_norm"] / base["grad_norm"]
+        ratio = pd.concat(ratios[variant])
         facts[f"{variant}: gradient norm / baseline's"] = (
             f"{ratio.min():.4f} to {ratio.max():.4f}"
         )

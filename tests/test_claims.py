@@ -20,12 +20,17 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 @cache
-def facts() -> dict[str, dict[str, str]]:
-    spec = importlib.util.spec_from_file_location(
-        "recorded_facts", ROOT / "bench" / "recorded_facts.py"
-    )
+def bench_module(name: str):
+    """``bench/<name>.py``, imported (the bench folder is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+@cache
+def facts() -> dict[str, dict[str, str]]:
+    module = bench_module("recorded_facts")
     return {
         "run": module.run_facts(),
         "shaped": module.shaped_facts(),
@@ -191,11 +196,7 @@ def test_the_readme_seed_table_is_the_bench_table():
     """The README's rows for the final-split seeds are what ``bench/cpu_grpo_demo.py
     --table`` prints for every seed file recorded, word for word (the summary line
     that counts the seeds included)."""
-    spec = importlib.util.spec_from_file_location(
-        "cpu_grpo_demo", ROOT / "bench" / "cpu_grpo_demo.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_module("cpu_grpo_demo")
     files = sorted(
         FINAL_SEEDS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json"),
         key=lambda p: int(p.stem.rsplit("seed", 1)[1]),
@@ -211,3 +212,23 @@ def test_the_readme_seed_table_is_the_bench_table():
         f"README's ## Results lacks these lines of `python bench/cpu_grpo_demo.py "
         f"--table` over {seeds} (paste the table again): {missing}"
     )
+
+
+def test_ablation_step_facts_count_every_recorded_seed(tmp_path):
+    """A variant's step and gradient facts pool its seeds, not the last one read:
+    a second seed identical to the first doubles the steps counted."""
+    import json
+
+    source = ROOT / "data" / "reference_runs" / "ablation"
+    for stem in ("baseline-seed0", "constant--dr--grpo-seed0"):
+        record = json.loads((source / f"{stem}.json").read_text())
+        (tmp_path / f"{stem}.json").write_text(json.dumps(record))
+        record["seed"] = 1
+        (tmp_path / f"{stem[:-1]}1.json").write_text(json.dumps(record))
+    one = facts()["ablation"]
+    two = bench_module("recorded_facts").ablation_facts(tmp_path)
+    key = "constant (Dr. GRPO): steps with the baseline's reward"
+    same, _, total, _ = one[key].split()
+    assert two[key] == f"{2 * int(same)} of {2 * int(total)} steps"
+    key = "constant (Dr. GRPO): gradient norm / baseline's"
+    assert two[key] == one[key]
