@@ -58,10 +58,12 @@ lint: setup
 	$(PY) -m nbstripout --verify notebooks/*.ipynb
 
 # Two pytest workers, one torch thread each: a notebook, a subprocess run or the site
-# build on one core while the unit tests go on on the other (tests/README.md).
+# build on one core while the unit tests go on on the other (tests/README.md). The
+# suite executes the notebooks itself (tests/notebook_runs.py): nbmake's plugin is not
+# loaded.
 test: lint
-	OMP_NUM_THREADS=1 GRPO_FAST=1 $(PY) -m pytest -n 2 -p no:cacheprovider -q -rs \
-		--durations=30 tests
+	OMP_NUM_THREADS=1 GRPO_FAST=1 $(PY) -m pytest -n 2 -p no:cacheprovider -p no:nbmake \
+		-q -rs --durations=30 tests
 
 strip: setup
 	$(PY) -m nbstripout notebooks/*.ipynb

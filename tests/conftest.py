@@ -20,10 +20,12 @@ loop.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -79,6 +81,25 @@ def training_evidence(request) -> Callable[[str], Callable[[str], None]]:
 
 
 _EVIDENCE_KEY = "fast-mode training evidence"
+
+#: Where each test's start and end go, one JSON line per test with its xdist worker,
+#: when GRPO_TEST_TIMELINE names a file (python bench/test_timeline.py reads it).
+_TIMELINE = os.environ.get("GRPO_TEST_TIMELINE")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):  # noqa: ANN001, ANN201
+    start = time.time()
+    yield
+    if _TIMELINE:
+        line = {
+            "worker": os.environ.get("PYTEST_XDIST_WORKER", "main"),
+            "test": item.nodeid,
+            "start": start,
+            "end": time.time(),
+        }
+        with open(_TIMELINE, "a") as out:
+            out.write(json.dumps(line) + "\n")
 
 
 def pytest_runtest_logreport(report) -> None:  # noqa: ANN001

@@ -63,3 +63,21 @@ def test_uv_equals_pip_installs_with_pip_alone(tmp_path):
     lines = dry_run(tmp_path, "UV=pip")
     assert lines and not any(re.search(r"uv pip|uv==", line) for line in lines), lines
     assert "-m pip install" in lines[0] and "[local,dev,swanlab,course,trl]" in lines[0]
+
+
+def test_importing_nbformat_builds_no_uri_grammar():
+    """pyproject.toml keeps jsonschema below 4.25: from 4.25 on, importing nbformat
+    (every test worker, the site build, nbgrader) imports rfc3987-syntax, which
+    builds a Lark grammar: 4.5 s a process here instead of 0.4 s."""
+    import sys
+
+    code = (
+        "import sys, nbformat; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] "
+        "in ('rfc3987_syntax', 'lark')))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]", done.stdout
