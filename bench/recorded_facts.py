@@ -124,23 +124,39 @@ def shaped_facts() -> dict[str, str]:
     return facts
 
 
+def _seeds(seeds: list[int]) -> str:
+    """``seed 2`` or ``seeds 0 and 1`` or ``seeds 0, 1 and 3``."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    return "seeds " + ", ".join(map(str, seeds[:-1])) + f" and {seeds[-1]}"
+
+
 def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
     """Facts of the recorded ablation (notebook 08, section 7).
 
-    A variant's step and gradient facts cover every seed recorded for it and for the
-    baseline: the steps whose reward equals the baseline's are counted over all of
-    them, and the gradient ratio spans the lowest to the highest of any step.
+    The baseline's learning is given for every recorded seed; the rest reads only
+    the seeds whose baseline learned (``ablation.learned_seeds``), as notebook 08
+    does. A variant's step and gradient facts cover every such seed recorded for
+    it and for the baseline: the steps whose reward equals the baseline's are
+    counted over all of them, and the gradient ratio spans the lowest to the
+    highest of any step.
     """
-    results = ablation.load_results(directory)
+    recorded = ablation.load_results(directory)
     facts: dict[str, str] = {}
-    if not results:
+    if not recorded:
         return facts
-    for _, row in ablation.baseline_learning(results).iterrows():
+    for _, row in ablation.baseline_learning(recorded).iterrows():
         facts[f"baseline seed {row['seed']}"] = ", ".join(
             f"{grade} {_pct(row[f'{grade} before'])} -> {_pct(row[f'{grade} after'])} "
             f"({_p(row[f'{grade} p'])})"
             for grade in ("exact", "lenient")
         )
+    # everything below reads the seeds whose baseline learned, as notebook 08 does
+    read = ablation.learned_seeds(recorded)
+    left = sorted({r["seed"] for r in recorded} - set(read))
+    facts["seeds read"] = _seeds(read)
+    facts["seeds left out"] = _seeds(left) if left else "none"
+    results = ablation.on_learned_seeds(recorded)
     for grade in ("exact", "lenient"):
         table = ablation.paired_outcomes(results, grade)
         for row in table.itertuples():

@@ -405,6 +405,38 @@ def baseline_learning(
     return pd.DataFrame(rows)
 
 
+#: A seed is read (pooled, plotted, quoted) only where the baseline learned on it:
+#: both grades higher after training than before, each with McNemar's p below this.
+LEARNED_P = 0.01
+
+
+def learned_seeds(
+    results: Sequence[Mapping[str, Any]], alpha: float = LEARNED_P
+) -> list[int]:
+    """The seeds on which the baseline learned (:data:`LEARNED_P`), in order.
+
+    An ablation compares each variant with a baseline that moved: on a seed where
+    the baseline did not learn, "the variant did worse" or "no better" says nothing
+    about the knob. Those seeds are listed (:func:`baseline_learning`), not pooled.
+    """
+    table = baseline_learning(results)
+    if table.empty:
+        return []
+    learned = np.ones(len(table), dtype=bool)
+    for grade in ("exact", "lenient"):
+        learned &= (table[f"{grade} after"] > table[f"{grade} before"]).to_numpy()
+        learned &= (table[f"{grade} p"] < alpha).to_numpy()
+    return sorted(int(s) for s in table.loc[learned, "seed"])
+
+
+def on_learned_seeds(
+    results: Sequence[Mapping[str, Any]], alpha: float = LEARNED_P
+) -> list[Mapping[str, Any]]:
+    """The runs of every variant on the seeds of :func:`learned_seeds`."""
+    seeds = set(learned_seeds(results, alpha))
+    return [r for r in results if r["seed"] in seeds]
+
+
 #: What :func:`mechanism_table` summarises per run: the metric, how, and its name.
 MECHANISMS = {
     "reward": ("reward_mean", "last"),
@@ -445,14 +477,17 @@ __all__ = [
     "EVAL_MAX_TOKENS",
     "EVAL_QUESTIONS",
     "EVAL_SPLIT",
+    "LEARNED_P",
     "MECHANISMS",
     "VARIANTS",
     "baseline_learning",
     "final_table",
     "held_out_frame",
+    "learned_seeds",
     "load_results",
     "mechanism_table",
     "metrics_frame",
+    "on_learned_seeds",
     "paired_outcomes",
     "run_variant",
     "slug",

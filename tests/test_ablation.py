@@ -119,6 +119,30 @@ def test_paired_outcomes_pool_the_flips_of_every_seed():
     assert learning["exact p"].iloc[0] == pytest.approx(stats.mcnemar_exact_p(5, 0))
 
 
+def test_only_seeds_whose_baseline_learned_are_read():
+    """A seed enters the pooled comparisons only where the baseline learned there
+    (both grades up, p < 0.01): seed 1's baseline moves to 3 of 30 (p = 0.25), so
+    its runs of every variant are left out; seed 2's baseline got worse."""
+    start = [False] * 30
+    learned = [True] * 15 + [False] * 15
+    results = [
+        _record("baseline", 0, start, learned),
+        _record("baseline", 1, start, [True] * 3 + [False] * 27),
+        _record("baseline", 2, [True] * 15 + [False] * 15, start),
+        _record("ppo, mu=2", 0, start, learned),
+        _record("ppo, mu=2", 1, start, learned),
+    ]
+    assert ablation.learned_seeds(results) == [0]
+    kept = ablation.on_learned_seeds(results)
+    assert [(r["variant"], r["seed"]) for r in kept] == [
+        ("baseline", 0),
+        ("ppo, mu=2", 0),
+    ]
+    # a looser bar lets in the seed that moved a little; never the one that fell
+    assert ablation.learned_seeds(results, alpha=0.5) == [0, 1]
+    assert ablation.learned_seeds([]) == []
+
+
 @pytest.mark.slow
 def test_quick_ablation_writes_what_notebook_08_reads(tmp_path):
     out = tmp_path / "ablation"

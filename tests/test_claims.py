@@ -131,7 +131,11 @@ cites(
     NB08,
     "## 7. What this ablation supports",
     "ablation",
+    "seeds read",
+    "seeds left out",
     "baseline seed 0",
+    "baseline seed 1",
+    "baseline seed 2",
     "KL beta=0.2 exact",
     "KL beta=0.2 lenient",
     "KL beta=0.2: KL to base (k3)",
@@ -139,6 +143,7 @@ cites(
     "KL beta=0.2: boxed",
     "baseline: boxed",
     "right-answer reward exact",
+    "right-answer reward lenient",
     "right-answer reward: boxed",
     "std-scaled advantages exact",
     "constant (Dr. GRPO): gradient norm / baseline's",
@@ -165,7 +170,14 @@ cites(
     "gsm8k cut off base",
 )
 cites("README", "## Results", "shaped", "exact", "lenient", "boxed early")
-cites("README", "### The recorded run", "ablation", "baseline seed 0")
+cites(
+    "README",
+    "### The recorded run",
+    "ablation",
+    "baseline seed 0",
+    "baseline seed 1",
+    "baseline seed 2",
+)
 
 
 def text_of(where: str, start: str) -> str:
@@ -220,13 +232,17 @@ def test_ablation_step_facts_count_every_recorded_seed(tmp_path):
     import json
 
     source = ROOT / "data" / "reference_runs" / "ablation"
+    single, double = tmp_path / "one", tmp_path / "two"
+    single.mkdir(), double.mkdir()
     for stem in ("baseline-seed0", "constant--dr--grpo-seed0"):
         record = json.loads((source / f"{stem}.json").read_text())
-        (tmp_path / f"{stem}.json").write_text(json.dumps(record))
+        for folder in (single, double):
+            (folder / f"{stem}.json").write_text(json.dumps(record))
         record["seed"] = 1
-        (tmp_path / f"{stem[:-1]}1.json").write_text(json.dumps(record))
-    one = facts()["ablation"]
-    two = bench_module("recorded_facts").ablation_facts(tmp_path)
+        (double / f"{stem[:-1]}1.json").write_text(json.dumps(record))
+    one = bench_module("recorded_facts").ablation_facts(single)
+    two = bench_module("recorded_facts").ablation_facts(double)
+    assert two["seeds read"] == "seeds 0 and 1"
     key = "constant (Dr. GRPO): steps with the baseline's reward"
     same, _, total, _ = one[key].split()
     assert two[key] == f"{2 * int(same)} of {2 * int(total)} steps"
