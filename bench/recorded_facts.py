@@ -156,6 +156,19 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
     left = sorted({r["seed"] for r in recorded} - set(read))
     facts["seeds read"] = _seeds(read)
     facts["seeds left out"] = _seeds(left) if left else "none"
+    # what each variant did on a seed left out (no baseline to measure it against)
+    for seed in left:
+        on_seed = [r for r in recorded if r["seed"] == seed]
+        for variant in ablation.VARIANTS:
+            row = ablation.baseline_learning(on_seed, variant)
+            if variant == "baseline" or row.empty:
+                continue
+            (row,) = (r for _, r in row.iterrows())
+            facts[f"{variant} seed {seed}"] = ", ".join(
+                f"{grade} {_pct(row[f'{grade} before'])} -> "
+                f"{_pct(row[f'{grade} after'])} ({_p(row[f'{grade} p'])})"
+                for grade in ("exact", "lenient")
+            )
     results = ablation.on_learned_seeds(recorded)
     for grade in ("exact", "lenient"):
         table = ablation.paired_outcomes(results, grade)

@@ -136,6 +136,8 @@ cites(
     "baseline seed 0",
     "baseline seed 1",
     "baseline seed 2",
+    "std-scaled advantages seed 2",
+    "sequence-mean seed 2",
     "KL beta=0.2 exact",
     "KL beta=0.2 lenient",
     "KL beta=0.2: KL to base (k3)",
@@ -177,6 +179,7 @@ cites(
     "baseline seed 0",
     "baseline seed 1",
     "baseline seed 2",
+    "std-scaled advantages seed 2",
 )
 
 
