@@ -124,6 +124,16 @@ def shaped_facts() -> dict[str, str]:
     return facts
 
 
+def _learning(row: pd.Series) -> str:
+    """One run's held-out accuracy before -> after, with p, on both grades (a row
+    of ``ablation.baseline_learning``)."""
+    return ", ".join(
+        f"{grade} {_pct(row[f'{grade} before'])} -> {_pct(row[f'{grade} after'])} "
+        f"({_p(row[f'{grade} p'])})"
+        for grade in ("exact", "lenient")
+    )
+
+
 def _seeds(seeds: list[int]) -> str:
     """``seed 2`` or ``seeds 0 and 1`` or ``seeds 0, 1 and 3``."""
     if len(seeds) == 1:
@@ -146,11 +156,7 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
     if not recorded:
         return facts
     for _, row in ablation.baseline_learning(recorded).iterrows():
-        facts[f"baseline seed {row['seed']}"] = ", ".join(
-            f"{grade} {_pct(row[f'{grade} before'])} -> {_pct(row[f'{grade} after'])} "
-            f"({_p(row[f'{grade} p'])})"
-            for grade in ("exact", "lenient")
-        )
+        facts[f"baseline seed {row['seed']}"] = _learning(row)
     # everything below reads the seeds whose baseline learned, as notebook 08 does
     read = ablation.learned_seeds(recorded)
     left = sorted({r["seed"] for r in recorded} - set(read))
@@ -160,15 +166,11 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
     for seed in left:
         on_seed = [r for r in recorded if r["seed"] == seed]
         for variant in ablation.VARIANTS:
-            row = ablation.baseline_learning(on_seed, variant)
-            if variant == "baseline" or row.empty:
+            if variant == "baseline":
                 continue
-            (row,) = (r for _, r in row.iterrows())
-            facts[f"{variant} seed {seed}"] = ", ".join(
-                f"{grade} {_pct(row[f'{grade} before'])} -> "
-                f"{_pct(row[f'{grade} after'])} ({_p(row[f'{grade} p'])})"
-                for grade in ("exact", "lenient")
-            )
+            table = ablation.baseline_learning(on_seed, variant)
+            if not table.empty:
+                facts[f"{variant} seed {seed}"] = _learning(table.iloc[0])
     results = ablation.on_learned_seeds(recorded)
     for grade in ("exact", "lenient"):
         table = ablation.paired_outcomes(results, grade)

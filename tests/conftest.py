@@ -125,11 +125,11 @@ def pytest_collection_modifyitems(config, items) -> None:  # noqa: ANN001
     module fixture is set up twice); the order stays the same on every worker.
     """
     n = len(items)
-    late = [i for i in range(3 * n // 4, n) if items[i].get_closest_marker("slow")]
+    late = {i for i in range(3 * n // 4, n) if items[i].get_closest_marker("slow")}
     if not late:
         return
-    moved = [items[i] for i in late]
-    rest = [item for i, item in enumerate(items) if i not in set(late)]
+    moved = [items[i] for i in sorted(late)]
+    rest = [item for i, item in enumerate(items) if i not in late]
     at = n // 2
     while 0 < at < len(rest) and rest[at].module is rest[at - 1].module:
         at += 1

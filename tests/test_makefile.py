@@ -90,6 +90,9 @@ def test_no_slow_test_is_handed_out_last(request):
     if request.config.getoption("random_order_enabled", default=False):
         pytest.skip("--random-order shuffles the collection after conftest.py")
     items = request.session.items
+    option = request.config.option
+    if option.keyword or option.markexpr or option.deselect:
+        pytest.skip("-k, -m or --deselect: not the order that make test hands out")
     n = len(items)
     late = [i.nodeid for i in items[3 * n // 4 :] if i.get_closest_marker("slow")]
     assert not late, late
