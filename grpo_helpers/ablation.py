@@ -120,10 +120,12 @@ def _evaluate(
     base_cache: dict[tuple[Any, ...], pd.DataFrame] | None = None,
     questions: int = EVAL_QUESTIONS,
     max_tokens: int = EVAL_MAX_TOKENS,
+    reuse: evaluation.RecordedAnswers | None = None,
 ) -> pd.DataFrame:
     """Greedy records on the held-out questions. The base model's (``weights``
     None) are kept in ``base_cache``: every variant of a seed is scored on the same
-    questions, so the base model answers them once per seed."""
+    questions, so the base model answers them once per seed. ``reuse``: the base
+    model's recorded answers, read when they fit (``evaluation.evaluate``)."""
     key = (config.model_name, config.seed, config.difficulty, questions, max_tokens)
     if weights is None and base_cache is not None and key in base_cache:
         return base_cache[key]
@@ -139,6 +141,7 @@ def _evaluate(
         max_tokens=max_tokens,
         concurrency=64,
         progress=False,
+        reuse=reuse if weights is None else None,
     )
     if weights is None and base_cache is not None:
         base_cache[key] = result.records
@@ -168,6 +171,7 @@ def run_variant(
     base_cache: dict[tuple[Any, ...], pd.DataFrame] | None = None,
     eval_questions: int = EVAL_QUESTIONS,
     eval_max_tokens: int = EVAL_MAX_TOKENS,
+    reuse_base: evaluation.RecordedAnswers | None = None,
 ) -> dict[str, Any]:
     """Train one variant for one seed with notebook 05's sync loop, and score it
     at step 0 (the base model) and at the end.
@@ -185,6 +189,9 @@ def run_variant(
             of one ablation (the bench passes one dict to every run).
         eval_questions, eval_max_tokens: the held-out questions scored and the
             tokens per answer (a smoke run scores fewer).
+        reuse_base: the base model's recorded answers (``RecordedRun.answers``),
+            read at step 0 instead of sampling when they answer the same prompts
+            with the same settings (``evaluation.reuse_problem``).
 
     Returns:
         The run's record: settings, per-step metrics, and at each scored step the
@@ -199,7 +206,9 @@ def run_variant(
     started = time.time()
     scoring = {"questions": eval_questions, "max_tokens": eval_max_tokens}
     points = [
-        _held_out_point(0, _evaluate(service, config, None, base_cache, **scoring))
+        _held_out_point(
+            0, _evaluate(service, config, None, base_cache, **scoring, reuse=reuse_base)
+        )
     ]
     result = training.train_sync(
         config, service, resume=True, overwrite=True, progress=False, on_step=on_step

@@ -186,6 +186,97 @@ def _question_rows(
     return rows
 
 
+@dataclass(frozen=True)
+class RecordedAnswers:
+    """A base model's answers that a recorded command already got.
+
+    ``evaluate(..., reuse=answers)`` returns these records instead of sampling when
+    they answer exactly the prompts asked, with the same model and settings (see
+    :func:`reuse_problem`). The base model's greedy answers to the same prompts are
+    the same on every run, so notebook 07 reads the recorded run's instead of
+    computing them again (minutes at full size). ``RecordedRun.answers(name)``
+    builds one from a recorded run.
+
+    Attributes:
+        records: the per-question records, as :func:`evaluate` made them.
+        model: the base model that answered.
+        backend: the engine that ran it (only ``"local"`` answers are reused).
+        max_tokens, temperature, num_samples: the settings they were made with.
+        source: the command that recorded them (printed when they are read).
+    """
+
+    records: pd.DataFrame
+    model: str
+    backend: str
+    max_tokens: int
+    source: str
+    temperature: float = 0.0
+    num_samples: int = 1
+
+
+def reuse_problem(
+    reuse: RecordedAnswers,
+    sampling_client: Any,
+    rows: Sequence[Mapping[str, Any]],
+    prompt_lengths: Sequence[int],
+    *,
+    temperature: float,
+    max_tokens: int,
+    num_samples: int,
+) -> str | None:
+    """Why recorded answers do not answer this evaluation, or None when they do.
+
+    They do only when all of these hold: the sampler is the local engine's base
+    model (no adapter: ``is_base``), the one that answered; greedy decoding, one
+    sample and the same ``max_tokens``; the same questions and gold answers in the
+    same order; and prompts of the same lengths in tokens (a different few-shot
+    prefix or tokenizer changes them).
+    """
+    if reuse.backend != "local" or not getattr(sampling_client, "is_base", False):
+        return "the sampler is not the local engine's base model"
+    if getattr(sampling_client, "model_id", None) != reuse.model:
+        model = getattr(sampling_client, "model_id", None)
+        return f"the sampler's model is {model!r}, the recorded one {reuse.model!r}"
+    mine = (temperature, max_tokens, num_samples)
+    theirs = (reuse.temperature, reuse.max_tokens, reuse.num_samples)
+    if mine != theirs:
+        return f"(temperature, max_tokens, samples) {mine} here, {theirs} when recorded"
+    if temperature != 0:
+        return "sampled answers are never reused, only greedy ones"
+    recorded = reuse.records
+    if len(recorded) != len(rows):
+        return f"{len(rows)} questions here, {len(recorded)} recorded"
+    for column in ("question", "gold"):
+        if [str(r[column]) for r in rows] != [str(v) for v in recorded[column]]:
+            return f"the {column}s differ from the recorded ones"
+    if [int(n) for n in prompt_lengths] != [int(n) for n in recorded["prompt_tokens"]]:
+        return "the prompts differ from the recorded ones (another few-shot prefix?)"
+    return None
+
+
+def _reused(
+    reuse: RecordedAnswers,
+    rows: Sequence[Mapping[str, Any]],
+    name: str,
+    confidence: float,
+    settings: dict[str, Any],
+) -> EvalResult:
+    graded = [
+        {
+            **{column: record.get(column) for column in RECORD_COLUMNS},
+            **_grade_text(record["completion"], row["gold"]),
+            "index": row["index"],
+            "operation": row["operation"],
+        }
+        for record, row in zip(reuse.records.to_dict("records"), rows, strict=True)
+    ]
+    frame = _records_frame(graded, 1)
+    print(f"eval {name}: {len(frame)} answers read from: {reuse.source}")
+    summary = summarize(frame, confidence=confidence, seconds=0.0)
+    settings = {**settings, "reused_from": reuse.source}
+    return EvalResult(records=frame, summary=summary, name=name, settings=settings)
+
+
 def _completion_text(sequence: Any, tokenizer: Any) -> str:
     if sequence.text is not None:
         return sequence.text
@@ -289,6 +380,7 @@ async def evaluate_async(
     name: str = "model",
     confidence: float = 0.95,
     fewshot: Sequence[Mapping[str, str]] = prompts.FEWSHOT_PREFIX,
+    reuse: RecordedAnswers | None = None,
 ) -> EvalResult:
     """Coroutine version of :func:`evaluate`: ``await evaluate_async(...)``.
 
@@ -305,6 +397,27 @@ async def evaluate_async(
     prompt_tokens = [
         list(prompts.build_prompt(tokenizer, r["question"], fewshot)) for r in rows
     ]
+    settings = {
+        "temperature": temperature,
+        "max_tokens": max_tokens,
+        "num_samples": num_samples,
+        "seed": seed,
+        "concurrency": concurrency,
+        "fewshot": [dict(turn) for turn in fewshot],
+    }
+    if reuse is not None:
+        problem = reuse_problem(
+            reuse,
+            sampling_client,
+            rows,
+            [len(tokens) for tokens in prompt_tokens],
+            temperature=temperature,
+            max_tokens=max_tokens,
+            num_samples=num_samples,
+        )
+        if problem is None:
+            return _reused(reuse, rows, name, confidence, settings)
+        print(f"eval {name}: computed here, not read: {problem}")
     params = pytrio.SamplingParams(
         max_tokens=max_tokens,
         temperature=temperature,
@@ -347,14 +460,6 @@ async def evaluate_async(
         for row, tokens, response in zip(rows, prompt_tokens, responses, strict=True)
     ]
     frame = _records_frame(records, num_samples)
-    settings = {
-        "temperature": temperature,
-        "max_tokens": max_tokens,
-        "num_samples": num_samples,
-        "seed": seed,
-        "concurrency": concurrency,
-        "fewshot": [dict(turn) for turn in fewshot],
-    }
     summary = summarize(frame, confidence=confidence, seconds=seconds)
     return EvalResult(records=frame, summary=summary, name=name, settings=settings)
 
@@ -390,6 +495,7 @@ def evaluate(
     name: str = "model",
     confidence: float = 0.95,
     fewshot: Sequence[Mapping[str, str]] = prompts.FEWSHOT_PREFIX,
+    reuse: RecordedAnswers | None = None,
 ) -> EvalResult:
     """Accuracy of a sampler on GSM8K questions, with one record per question.
 
@@ -418,6 +524,12 @@ def evaluate(
         confidence: coverage of the Wilson intervals in the summary.
         fewshot: the prompt's worked example (``prompts.PROMPT_EXAMPLES``): the
             series' strawberry example by default, ``[]`` for zero-shot.
+        reuse: a base model's recorded answers (``RecordedRun.answers``): returned
+            instead of sampling when they answer exactly these prompts with this
+            model and these settings (:func:`reuse_problem`); otherwise the answers
+            are computed. Either way one line says which, and why. Reused
+            completions are graded again here, so a change to the graders applies
+            to them too.
 
     Returns:
         An :class:`EvalResult` whose ``records`` are in question order and whose
@@ -444,6 +556,7 @@ def evaluate(
             name=name,
             confidence=confidence,
             fewshot=fewshot,
+            reuse=reuse,
         )
     )
 

@@ -40,11 +40,14 @@ import platform
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
 from grpo_helpers.config import SETTINGS
+
+if TYPE_CHECKING:
+    from grpo_helpers import evaluation
 
 #: Where shipped recorded runs live.
 REFERENCE_DIR = SETTINGS.project_root / "data" / "reference_runs"
@@ -112,6 +115,43 @@ class RecordedRun:
     def summary(self) -> dict[str, Any]:
         """Accuracies recomputed from the records (the same numbers as ``meta``)."""
         return summarize_records(self.base, self.trained)
+
+    def answers(self, name: str = "base") -> evaluation.RecordedAnswers:
+        """The base model's recorded answers, for ``evaluate(..., reuse=...)``.
+
+        Args:
+            name: ``"base"`` (the series' prompt), ``"zero-shot"``, ``"arithmetic
+                example"`` or ``"gsm8k base"``: the base model's evaluations. The
+                trained model's are not offered: other weights answer differently.
+
+        Raises:
+            KeyError: no such base-model evaluation in this run; the message lists
+                the ones it has.
+        """
+        from grpo_helpers import evaluation
+
+        s = self.meta["settings"]
+        short = s.get("eval_max_tokens")
+        offered = {"base": (self.base, short)}
+        for other in ("zero-shot", "arithmetic example"):
+            if other in self.evals:
+                offered[other] = (self.evals[other], short)
+        if "gsm8k base" in self.evals:
+            gsm8k = self.evals["gsm8k base"]
+            offered["gsm8k base"] = (gsm8k, s.get("gsm8k_max_tokens"))
+        if name not in offered:
+            raise KeyError(
+                f"{self.path.name} has no base-model answers named {name!r}; it has "
+                f"{', '.join(map(repr, offered))}"
+            )
+        records, max_tokens = offered[name]
+        return evaluation.RecordedAnswers(
+            records=records,
+            model=s["base_model"],
+            backend=s.get("backend", "local"),
+            max_tokens=int(max_tokens or 0),
+            source=f"the recorded run {self.path.name} ({self.caption})",
+        )
 
 
 def summarize_records(base: pd.DataFrame, trained: pd.DataFrame) -> dict[str, Any]:

@@ -803,3 +803,154 @@ def test_k_curves_by_hand():
     assert curves.loc[2, "pass@k"] == pytest.approx((1 + 2 / 3) / 2)
     with pytest.raises(ValueError, match="num_samples > 1"):
         stats.k_curves(records.drop(columns="answers"))
+
+
+# --------------------------------------------------------------------------------------
+# Reusing a base model's recorded answers
+# --------------------------------------------------------------------------------------
+
+
+def _base_client(completions, model: str = "tiny"):  # noqa: ANN001, ANN202
+    client = FakeSamplingClient(CharTokenizer(), completions)
+    client.is_base, client.model_id = True, model
+    return client
+
+
+def _recorded(records: pd.DataFrame, **changes) -> evaluation.RecordedAnswers:  # noqa: ANN003
+    fields = {
+        "records": records,
+        "model": "tiny",
+        "backend": "local",
+        "max_tokens": 512,
+        "source": "a test's own evaluation",
+    } | changes
+    return evaluation.RecordedAnswers(**fields)
+
+
+def test_reused_answers_are_the_recorded_ones_graded_again(
+    simple_prompts: None, capsys: pytest.CaptureFixture
+) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    first = evaluate(_base_client(completions), tokenizer, questions, progress=False)
+    stale = first.records.copy()
+    stale["exact"] = stale["lenient"] = False  # graded by an older grader
+    client = _base_client(completions)
+    again = evaluate(client, tokenizer, questions, reuse=_recorded(stale), name="b")
+    assert client.params == []  # nothing was sampled
+    pd.testing.assert_frame_equal(again.records, first.records)
+    assert again.summary["exact_acc"] == first.summary["exact_acc"]
+    assert again.settings["reused_from"] == "a test's own evaluation"
+    assert "6 answers read from: a test's own evaluation" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("change", "why"),
+    [
+        ({"model": "other"}, "the sampler's model is 'tiny', the recorded one 'other'"),
+        ({"backend": "pytrio"}, "not the local engine's base model"),
+        ({"max_tokens": 64}, "(0.0, 512, 1) here, (0.0, 64, 1) when recorded"),
+        ({"records": "fewer"}, "6 questions here, 5 recorded"),
+        ({"records": "other golds"}, "the golds differ"),
+        ({"records": "other prompts"}, "the prompts differ"),
+    ],
+)
+def test_recorded_answers_that_differ_are_computed(
+    simple_prompts: None, capsys: pytest.CaptureFixture, change: dict, why: str
+) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    first = evaluate(_base_client(completions), tokenizer, questions, progress=False)
+    records = first.records.copy()
+    if change.get("records") == "fewer":
+        change = {"records": records.iloc[:5]}
+    elif change.get("records") == "other golds":
+        records.loc[0, "gold"] = "19"
+        change = {"records": records}
+    elif change.get("records") == "other prompts":  # another few-shot prefix
+        records["prompt_tokens"] = records["prompt_tokens"] + 1
+        change = {"records": records}
+    client = _base_client(completions)
+    recorded = _recorded(**({"records": records} | change))
+    again = evaluate(client, tokenizer, questions, reuse=recorded)
+    assert len(client.params) == len(questions)  # every question was sampled
+    pd.testing.assert_frame_equal(again.records, first.records)
+    assert "reused_from" not in again.settings
+    out = capsys.readouterr().out
+    assert "computed here, not read" in out and why in out
+
+
+def test_only_the_base_model_and_greedy_answers_are_reused(
+    simple_prompts: None,
+) -> None:
+    tokenizer, questions, completions = _cases_setup()
+    records = evaluate(
+        _base_client(completions), tokenizer, questions, progress=False
+    ).records
+    recorded = _recorded(records)
+    rows = evaluation._question_rows(questions, None)
+    lengths = records["prompt_tokens"].tolist()
+    greedy = {"temperature": 0.0, "max_tokens": 512, "num_samples": 1}
+    assert (
+        evaluation.reuse_problem(recorded, _base_client({}), rows, lengths, **greedy)
+        is None
+    )
+    trained = _base_client({})
+    trained.is_base = False  # a sampler with an adapter
+    assert "not the local engine's base model" in evaluation.reuse_problem(
+        recorded, trained, rows, lengths, **greedy
+    )
+    sampled = {**greedy, "temperature": 1.0}
+    assert "(1.0, 512, 1) here" in evaluation.reuse_problem(
+        recorded, _base_client({}), rows, lengths, **sampled
+    )
+    hot = _recorded(records, temperature=1.0)
+    assert "only greedy" in evaluation.reuse_problem(
+        hot, _base_client({}), rows, lengths, **sampled
+    )
+
+
+def test_the_recorded_run_offers_its_base_answers() -> None:
+    from grpo_helpers import reference
+
+    run = reference.load_run()
+    base = run.answers()
+    assert base.records is run.base
+    assert base.model == run.meta["settings"]["base_model"]
+    assert base.max_tokens == run.meta["settings"]["eval_max_tokens"]
+    assert (
+        run.answers("gsm8k base").max_tokens == run.meta["settings"]["gsm8k_max_tokens"]
+    )
+    assert run.answers("zero-shot").records is run.evals["zero-shot"]
+    assert run.meta["command"] in base.source
+    with pytest.raises(KeyError, match="'base', 'zero-shot'"):
+        run.answers("gsm8k trained")  # other weights answer differently
+
+
+@pytest.mark.parametrize(
+    "name", ["base", "zero-shot", "arithmetic example", "gsm8k base"]
+)
+def test_notebook_07_at_full_size_reads_the_recorded_base_answers(name: str) -> None:
+    """Notebook 07's full-size defaults ask the prompts the recorded run answered,
+    so ``reuse`` applies there (with the real tokenizer, as the notebook builds
+    them); anything else would make the notebook compute them, minutes each."""
+    from grpo_helpers import data, presets, prompts, reference
+    from grpo_helpers.config import GRPOConfig
+
+    run = reference.load_run()
+    recorded = run.answers(name)
+    nb07 = presets.notebook_eval(fast=False)
+    if name == "gsm8k base":
+        questions, max_tokens = data.load_gsm8k("test", limit=100), 128  # nb07's
+    else:
+        config = GRPOConfig(**presets.notebook_run(fast=False), seed=0)
+        test_rows = data.load_split(config, "test")
+        questions = test_rows.select(range(nb07["eval_questions"]))
+        max_tokens = nb07["eval_max_tokens"]
+    tokenizer = _real_tokenizer()
+    fewshot = prompts.PROMPT_EXAMPLES.get(name, prompts.FEWSHOT_PREFIX)
+    rows = evaluation._question_rows(questions, None)
+    lengths = [
+        len(prompts.build_prompt(tokenizer, row["question"], fewshot)) for row in rows
+    ]
+    sampler = _base_client({}, model=presets.SMOLLM2)
+    greedy = {"temperature": 0.0, "max_tokens": max_tokens, "num_samples": 1}
+    assert evaluation.reuse_problem(recorded, sampler, rows, lengths, **greedy) is None

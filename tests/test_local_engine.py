@@ -713,3 +713,8 @@ def test_adapter_on_attention_only(svc, tok):
         ]
     ).result()
     assert out.metrics["token_count"] == len(tok.encode("attn"))
+
+
+def test_only_the_base_sampler_says_it_is_the_base_model(svc, base) -> None:
+    assert base.is_base  # evaluation reuses recorded answers only for this one
+    assert not new_client(svc).save_weights_and_get_sampling_client().is_base

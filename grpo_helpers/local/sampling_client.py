@@ -64,6 +64,11 @@ class LocalSamplingClient:
         self.model_id = host.base_model
         self.model_path = model_path
 
+    @property
+    def is_base(self) -> bool:
+        """True for the base model itself: no adapter, no saved weights."""
+        return self._snapshot is None and self.model_path is None
+
     def __repr__(self) -> str:
         what = self.model_path or (self._snapshot.name if self._snapshot else "base")
         return f"LocalSamplingClient(model={self.model_id!r}, weights={what!r})"
