@@ -141,6 +141,7 @@ def _evaluate(
         max_tokens=max_tokens,
         concurrency=64,
         progress=False,
+        name="base" if weights is None else "trained",
         reuse=reuse if weights is None else None,
     )
     if weights is None and base_cache is not None:
