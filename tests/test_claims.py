@@ -136,6 +136,7 @@ cites(
     "baseline seed 0",
     "baseline seed 1",
     "baseline seed 2",
+    "baseline seed 3",
     "std-scaled advantages seed 2",
     "sequence-mean seed 2",
     "KL beta=0.2 exact",
@@ -179,7 +180,9 @@ cites(
     "baseline seed 0",
     "baseline seed 1",
     "baseline seed 2",
+    "baseline seed 3",
     "std-scaled advantages seed 2",
+    "KL beta=0.2 exact",
 )
 
 
