@@ -230,7 +230,9 @@ def reuse_problem(
     model (no adapter: ``is_base``), the one that answered; greedy decoding, one
     sample and the same ``max_tokens``; the same questions and gold answers in the
     same order; and prompts of the same lengths in tokens (a different few-shot
-    prefix or tokenizer changes them).
+    prefix or tokenizer changes them). The records keep no prompt text, so a prompt
+    of exactly the same length with other words would pass: after changing the
+    series' prompt, record the run again (``bench/cpu_grpo_demo.py --record``).
     """
     if reuse.backend != "local" or not getattr(sampling_client, "is_base", False):
         return "the sampler is not the local engine's base model"
