@@ -138,6 +138,8 @@ cites(
     "baseline seed 2",
     "baseline seed 3",
     "std-scaled advantages seed 2",
+    "ppo, mu=2 seed 2",
+    "right-answer reward seed 2",
     "sequence-mean seed 2",
     "KL beta=0.2 exact",
     "KL beta=0.2 lenient",
@@ -182,6 +184,8 @@ cites(
     "baseline seed 2",
     "baseline seed 3",
     "std-scaled advantages seed 2",
+    "ppo, mu=2 seed 2",
+    "right-answer reward seed 2",
     "KL beta=0.2 exact",
 )
 
