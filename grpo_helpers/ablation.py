@@ -142,7 +142,7 @@ def _evaluate(
         concurrency=64,
         progress=False,
         name="base" if weights is None else "trained",
-        reuse=reuse if weights is None else None,
+        reuse=reuse,
     )
     if weights is None and base_cache is not None:
         base_cache[key] = result.records
