@@ -11,7 +11,8 @@ Both loops of :mod:`grpo_helpers.training` write the same directory::
 :class:`RunDirectory` writes it and knows where a resumed run starts;
 :func:`load_metrics` and :func:`load_samples` read it back as DataFrames;
 :func:`find_weights` finds the weights of a finished run that another notebook may
-reuse; :func:`box_drift` reads a run's metrics for a run drifting out of the box.
+reuse; :func:`box_drift` and :func:`stall` read a run's metrics for the two ways a
+run can go wrong: drifting out of the box, and never taking off.
 Plots (:mod:`grpo_helpers.plotting`) and the recorded runs' readers
 (:mod:`grpo_helpers.reference`) import this module, never the loops.
 
@@ -245,4 +246,45 @@ def box_drift(metrics: pd.DataFrame, reward: str) -> str | None:
         f"{boxed_pay:g} for a right answer in a box and {unboxed_pay:g} without. "
         f"{why} Exact accuracy (notebook 07) will fall with the box even while "
         "lenient accuracy rises."
+    )
+
+
+#: Steps at the end of a run that :func:`stall` averages.
+STALL_STEPS = 10
+#: Training accuracy (exact) under which those steps count as not taken off: about
+#: where the base model starts (6-9% exact on held-out problems, notebook 07).
+STALL_ACCURACY = 0.1
+
+
+def stall(metrics: pd.DataFrame) -> str | None:
+    """A paragraph saying that a run has not taken off, and why, or None.
+
+    A run stalls when fewer than half of its steps made an update and its last
+    :data:`STALL_STEPS` steps were right (exact, on their training questions) less
+    than :data:`STALL_ACCURACY` of the time. Every recorded run that did not learn
+    (the README's seed 2 and its ablation twin) meets both; every run that learned
+    meets neither (``tests/test_training.py`` reads them all).
+
+    Introduced in: 05_sync_training_loop.ipynb
+    """
+    needed = {"accuracy", "updated", "frac_degenerate"}
+    if not needed <= set(metrics.columns) or len(metrics) < STALL_STEPS:
+        return None
+    steps = len(metrics)
+    updated = int(metrics["updated"].astype(bool).sum())
+    recent = float(metrics["accuracy"].tail(STALL_STEPS).mean())
+    if 2 * updated >= steps or recent >= STALL_ACCURACY:
+        return None
+    degenerate = float(metrics["frac_degenerate"].mean())
+    return (
+        f"This run has not taken off: {updated} of its {steps} steps made an update, "
+        f"and in its last {STALL_STEPS} steps {recent:.0%} of the completions were "
+        f"right in a box, about where the base model starts. {degenerate:.0%} of its "
+        "groups were degenerate: every completion earned the same reward, so every "
+        "advantage was 0 and the group taught nothing (notebook 03). GRPO learns "
+        "only from a group whose rewards differ, and this run spent most of its "
+        "steps waiting for one. Train it longer (raise `steps` and run the loop "
+        "again with `resume=True`: it continues from its last checkpoint), or give "
+        "each prompt more tries (a larger `group_size` makes an all-wrong group "
+        "rarer). Notebook 07 will find little or no gain on held-out problems."
     )

@@ -504,6 +504,51 @@ def test_box_drift_speaks_only_when_the_box_falls_and_quotes_the_reward():
     assert run_files.box_drift(falling.drop(columns="boxed_frac"), "binary") is None
 
 
+def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
+    import pandas as pd
+
+    waiting = pd.DataFrame(
+        {
+            "accuracy": [0.0] * 25 + [0.0625] * 5,
+            "updated": [False] * 20 + [True] * 10,
+            "frac_degenerate": [1.0] * 20 + [0.5] * 10,
+        }
+    )
+    text = run_files.stall(waiting)
+    assert text.startswith("This run has not taken off: 10 of its 30 steps")
+    assert "last 10 steps 3% of the completions" in text
+    assert "83% of its groups were degenerate" in text
+    assert "resume=True" in text
+    # half the steps updated, or the last steps right often enough: not a stall
+    assert run_files.stall(waiting.assign(updated=[False, True] * 15)) is None
+    assert run_files.stall(waiting.assign(accuracy=[0.1] * 30)) is None
+    # too short, or recorded before the columns existed: nothing to say
+    assert run_files.stall(waiting.head(9)) is None
+    assert run_files.stall(waiting.drop(columns="updated")) is None
+
+
+def test_stall_flags_exactly_the_recorded_runs_that_did_not_learn():
+    """Every recorded run of the notebook preset and its ablation: ``stall`` speaks
+    for the runs whose held-out exact accuracy did not rise (seed 2 of the baseline
+    and of sequence-mean), and for no run that learned."""
+    import pandas as pd
+
+    from grpo_helpers import ablation, reference
+
+    flagged, learned = [], []
+    for result in ablation.load_results():
+        first, last = result["held_out"][0], result["held_out"][-1]
+        name = f"{result['variant']} seed {result['seed']}"
+        if run_files.stall(pd.DataFrame(result["metrics"])) is not None:
+            flagged.append(name)
+        if last["exact"] > first["exact"]:
+            learned.append(name)
+    runs = [f"{r['variant']} seed {r['seed']}" for r in ablation.load_results()]
+    assert "baseline seed 2" in flagged
+    assert sorted(flagged) == sorted(set(runs) - set(learned))
+    assert run_files.stall(reference.load_run().metrics) is None
+
+
 def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path):
     from grpo_helpers import config
 
