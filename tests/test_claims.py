@@ -128,7 +128,8 @@ cites(
     "boxed early",
 )
 #: What the ablation did per seed, quoted both in notebook 08 and in the README: the
-#: baseline on every recorded seed, and the variants that learned on seed 2.
+#: baseline on every recorded seed, and the variants on seed 2 (those that learned,
+#: the KL penalty's partial rise, and Dr. GRPO's constant, the baseline's twin).
 ABLATION_SEEDS = (
     "baseline seed 0",
     "baseline seed 1",
@@ -137,6 +138,8 @@ ABLATION_SEEDS = (
     "std-scaled advantages seed 2",
     "ppo, mu=2 seed 2",
     "right-answer reward seed 2",
+    "KL beta=0.2 seed 2",
+    "constant (Dr. GRPO) seed 2",
 )
 cites(
     NB08,
