@@ -264,17 +264,29 @@ def stall(metrics: pd.DataFrame) -> str | None:
     than :data:`STALL_ACCURACY` of the time. Every recorded run whose held-out
     accuracy did not rise (seed 2 of the baseline, of sequence-mean and of Dr. GRPO's
     constant: 8 of 30 steps updated) meets both; every run whose accuracy rose meets
-    neither (``tests/test_training.py`` reads them all).
+    at most one (``tests/test_training.py`` reads them all).
+
+    Args:
+        metrics: one run's ``metrics.jsonl`` as a DataFrame, one row per step.
+
+    Raises:
+        ValueError: ``metrics`` repeats a step (several runs in one frame, such as
+            ``ablation.metrics_frame`` unfiltered).
 
     Introduced in: 05_sync_training_loop.ipynb
     """
     needed = {"accuracy", "updated", "frac_degenerate"}
     if not needed <= set(metrics.columns) or len(metrics) < STALL_STEPS:
         return None
+    if "step" in metrics and metrics["step"].duplicated().any():
+        raise ValueError(
+            "stall reads one run, but these metrics repeat a step: select one run "
+            "(for example one variant and seed of ablation.metrics_frame) first"
+        )
     steps = len(metrics)
-    updated = int(metrics["updated"].astype(bool).sum())
+    updated = int(metrics["updated"].eq(True).sum())
     recent = float(metrics["accuracy"].tail(STALL_STEPS).mean())
-    if 2 * updated >= steps or recent >= STALL_ACCURACY:
+    if 2 * updated >= steps or not recent < STALL_ACCURACY:  # NaN: not measured
         return None
     degenerate = float(metrics["frac_degenerate"].mean())
     return (
@@ -283,9 +295,11 @@ def stall(metrics: pd.DataFrame) -> str | None:
         f"right in a box, about where the base model starts. {degenerate:.0%} of its "
         "groups were degenerate: every completion earned the same reward, so every "
         "advantage was 0 and the group taught nothing (notebook 03). GRPO learns "
-        "only from a group whose rewards differ, and this run spent most of its "
-        "steps waiting for one. Train it longer (raise `steps` and run the loop "
-        "again with `resume=True`: it continues from its last checkpoint), or give "
-        "each prompt more tries (a larger `group_size` makes an all-wrong group "
-        "rarer). Notebook 07 will find little or no gain on held-out problems."
+        "only from a group whose rewards differ; in this run such groups stayed "
+        "rare, and the few updates did not make the next right answers more "
+        "likely. A longer run may still take off (raise `steps` and run the loop "
+        "again with `resume=True`: it continues from its last checkpoint), and so "
+        "may more tries per prompt (a larger `group_size` makes an all-wrong group "
+        "rarer); neither is measured here. The recorded runs like this one gained "
+        "nothing on held-out problems (notebook 08, section 7)."
     )

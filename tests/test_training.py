@@ -525,6 +525,16 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
     # too short, or recorded before the columns existed: nothing to say
     assert run_files.stall(waiting.head(9)) is None
     assert run_files.stall(waiting.drop(columns="updated")) is None
+    # updates stored as 0/1 count the same; a missing value is no update
+    assert run_files.stall(waiting.assign(updated=waiting["updated"].astype(int)))
+    gaps = waiting.assign(updated=[float("nan")] * 16 + [1.0] * 14)
+    assert "14 of its 30 steps" in run_files.stall(gaps)
+    # accuracy not measured in the last steps: nothing to say
+    assert run_files.stall(waiting.assign(accuracy=[float("nan")] * 30)) is None
+    # two runs in one frame are refused, not read as one
+    two_runs = pd.concat([waiting, waiting]).assign(step=list(range(30)) * 2)
+    with pytest.raises(ValueError, match="repeat a step"):
+        run_files.stall(two_runs)
 
 
 def test_stall_flags_exactly_the_recorded_runs_that_did_not_learn():
@@ -544,6 +554,8 @@ def test_stall_flags_exactly_the_recorded_runs_that_did_not_learn():
         if last["exact"] > first["exact"]:
             learned.append(name)
     runs = [f"{r['variant']} seed {r['seed']}" for r in ablation.load_results()]
+    # Only both conditions together separate them: KL seed 0 (which learned) ends at
+    # exactly 10% training accuracy, std-scaled seed 0 updated on 16 of 30 steps.
     assert "baseline seed 2" in flagged
     assert sorted(flagged) == sorted(set(runs) - set(learned))
     assert run_files.stall(reference.load_run().metrics) is None
