@@ -249,22 +249,21 @@ def box_drift(metrics: pd.DataFrame, reward: str) -> str | None:
     )
 
 
-#: Steps at the end of a run that :func:`stall` averages.
+#: Steps at the end of a run that :func:`stall` reads.
 STALL_STEPS = 10
-#: Training accuracy (exact) under which those steps count as not taken off: about
-#: where the base model starts (6-9% exact on held-out problems, notebook 07).
-STALL_ACCURACY = 0.1
 
 
 def stall(metrics: pd.DataFrame) -> str | None:
     """A paragraph saying that a run has not taken off, and why, or None.
 
-    A run stalls when fewer than half of its steps made an update and its last
-    :data:`STALL_STEPS` steps were right (exact, on their training questions) less
-    than :data:`STALL_ACCURACY` of the time. Every recorded run whose held-out
-    accuracy did not rise (seed 2 of the baseline, of sequence-mean and of Dr. GRPO's
-    constant: 8 of 30 steps updated) meets both; every run whose accuracy rose meets
-    at most one (``tests/test_training.py`` reads them all).
+    A run stalls when fewer than half of its steps made an update, and at most half
+    of its last :data:`STALL_STEPS` did: its groups were mostly degenerate all along
+    (a run that took off late updates on most of its last steps). On every recorded
+    run of notebook 05's defaults and its ablation, this flags exactly the runs whose
+    held-out exact accuracy gained under 5 points (8 to 12 of 30 steps updated);
+    every run that gained more updated on 16 or more (``tests/test_training.py``).
+    A first version also asked for a low training accuracy in the last steps, and
+    missed final seed 9, recorded after it: one lucky step lifted its average.
 
     Args:
         metrics: one run's ``metrics.jsonl`` as a DataFrame, one row per step.
@@ -284,22 +283,24 @@ def stall(metrics: pd.DataFrame) -> str | None:
             "(for example one variant and seed of ablation.metrics_frame) first"
         )
     steps = len(metrics)
-    updated = int(metrics["updated"].eq(True).sum())
-    recent = float(metrics["accuracy"].tail(STALL_STEPS).mean())
-    if 2 * updated >= steps or not recent < STALL_ACCURACY:  # NaN: not measured
+    updated = metrics["updated"].eq(True)  # a missing value is no update
+    recent = int(updated.tail(STALL_STEPS).sum())
+    if 2 * int(updated.sum()) >= steps or 2 * recent > STALL_STEPS:
         return None
+    accuracy = float(metrics["accuracy"].tail(STALL_STEPS).mean())
     degenerate = float(metrics["frac_degenerate"].mean())
     return (
-        f"This run has not taken off: {updated} of its {steps} steps made an update, "
-        f"and in its last {STALL_STEPS} steps {recent:.0%} of the completions were "
-        f"right in a box, about where the base model starts. {degenerate:.0%} of its "
+        f"This run has not taken off: {int(updated.sum())} of its {steps} steps made "
+        f"an update, {recent} of its last {STALL_STEPS}, and {degenerate:.0%} of its "
         "groups were degenerate: every completion earned the same reward, so every "
-        "advantage was 0 and the group taught nothing (notebook 03). GRPO learns "
-        "only from a group whose rewards differ; in this run such groups stayed "
-        "rare, and the few updates did not make the next right answers more "
-        "likely. A longer run may still take off (raise `steps` and run the loop "
-        "again with `resume=True`: it continues from its last checkpoint), and so "
-        "may more tries per prompt (a larger `group_size` makes an all-wrong group "
-        "rarer); neither is measured here. The recorded runs like this one gained "
-        "nothing on held-out problems (notebook 08, section 7)."
+        "advantage was 0 and the group taught nothing (notebook 03). In its last "
+        f"{STALL_STEPS} steps {accuracy:.0%} of the completions were right in a box. "
+        "GRPO learns only from a group whose rewards differ; in this run such "
+        "groups stayed rare, and the few updates did not make the next right "
+        "answers more likely. A longer run may still take off (raise `steps` and "
+        "run the loop again with `resume=True`: it continues from its last "
+        "checkpoint), and so may more tries per prompt (a larger `group_size` makes "
+        "an all-wrong group rarer); neither is measured here. The recorded runs "
+        "like this one gained under 5 points on held-out problems (notebook 08, "
+        "section 7; the README's seed table)."
     )
