@@ -516,8 +516,8 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
         }
     )
     text = run_files.stall(waiting)
-    assert text.startswith("This run has not taken off: 7 of its 30 steps made an ")
-    assert "update, 4 of its last 10, and 83% of its groups were degenerate" in text
+    assert text.startswith("This run may not have taken off: 7 of its 30 steps made ")
+    assert "an update, 4 of its last 10, and 83% of its groups were degenerate" in text
     assert "last 10 steps 3% of the completions" in text
     assert "resume=True" in text
     # half the steps updated, or more than half of the last ten: not a stall
@@ -541,11 +541,12 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
 FINAL_RUNS = Path(__file__).resolve().parents[1] / "bench/results/notebook-final"
 
 
-def test_stall_flags_exactly_the_recorded_runs_that_did_not_learn():
+def test_stall_warns_for_every_recorded_run_that_did_not_learn():
     """Every recorded run of notebook 05's defaults (the final seeds) and of its
-    ablation: ``stall`` speaks for the runs whose held-out exact accuracy gained
+    ablation: ``stall`` speaks for every run whose held-out exact accuracy gained
     under 5 points (seed 2 of the baseline, of sequence-mean and of Dr. GRPO's
-    constant; final seed 9), and for no run that gained more."""
+    constant; final seed 9), and for one run that learned, final seed 10, set after
+    the rule was: its false alarm, which its docstring and paragraph quote."""
     import pandas as pd
 
     from grpo_helpers import ablation
@@ -558,7 +559,7 @@ def test_stall_flags_exactly_the_recorded_runs_that_did_not_learn():
         if run_files.stall(pd.DataFrame(result["metrics"])) is not None:
             flagged.add(name)
     finals = sorted(FINAL_RUNS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json"))
-    assert len(finals) >= 7, finals
+    assert len(finals) >= 10, finals
     for path in finals:
         result = json.loads(path.read_text())
         name = f"final seed {result['seed']}"
@@ -567,8 +568,11 @@ def test_stall_flags_exactly_the_recorded_runs_that_did_not_learn():
         metrics = run_files.load_metrics(FINAL_RUNS / f"notebook-seed{result['seed']}")
         if run_files.stall(metrics) is not None:
             flagged.add(name)
-    assert {"baseline seed 2", "final seed 9"} <= flagged
-    assert flagged == {name for name, gain in gains.items() if gain < 0.05}
+    stalled = {name for name, gain in gains.items() if gain < 0.05}
+    assert {"baseline seed 2", "final seed 9"} <= stalled
+    assert flagged - stalled == {"final seed 10"}  # the one false alarm
+    assert gains["final seed 10"] == pytest.approx(0.25)
+    assert stalled <= flagged  # no run that did not learn goes unwarned
 
 
 def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path):
