@@ -3,7 +3,7 @@
 ``NOTEBOOK`` is notebook 05's full-size run on the local engine: what ``make series``
 trains, what the recorded run used, what ``bench/cpu_grpo_demo.py --preset
 notebook`` measures over ten final seeds, and the baseline of notebook 08's
-ablation (which ran a ninth final seed, seed 2).
+ablation (which ran an eleventh final seed, seed 2).
 ``PYTRIO`` is the article's run (Qwen3.5-4B on GSM8K), for the same notebooks on
 PyTRIO. ``NOTEBOOK_EVAL`` is how notebook 07 and the benches score a run.
 
