@@ -286,13 +286,13 @@ def stall(metrics: pd.DataFrame) -> str | None:
         )
     steps = len(metrics)
     updated = metrics["updated"].eq(True)  # a missing value is no update
-    recent = int(updated.tail(STALL_STEPS).sum())
-    if 2 * int(updated.sum()) >= steps or 2 * recent > STALL_STEPS:
+    total, recent = int(updated.sum()), int(updated.tail(STALL_STEPS).sum())
+    if 2 * total >= steps or 2 * recent > STALL_STEPS:
         return None
     accuracy = float(metrics["accuracy"].tail(STALL_STEPS).mean())
     degenerate = float(metrics["frac_degenerate"].mean())
     return (
-        f"This run may not have taken off: {int(updated.sum())} of its {steps} steps "
+        f"This run may not have taken off: {total} of its {steps} steps "
         f"made an update, {recent} of its last {STALL_STEPS}, and {degenerate:.0%} "
         "of its groups were degenerate: every completion earned the same reward, so "
         "every advantage was 0 and the group taught nothing (notebook 03). In its "
@@ -302,9 +302,8 @@ def stall(metrics: pd.DataFrame) -> str | None:
         "runs of notebook 05's defaults, two with 8 and 12 updates in 30 steps gained "
         "under 5 points on held-out problems (seeds 2 and 9), and one with 12 gained "
         "25 (seed 10; the README's seed table). Notebook 07 tells which this is. If "
-        "it did "
-        "not learn, a longer run may still take off (raise `steps` and run the loop "
-        "again with `resume=True`: it continues from its last checkpoint), and so "
-        "may more tries per prompt (a larger `group_size` makes an all-wrong group "
-        "rarer); neither is measured here."
+        "it did not learn, a longer run may still take off (raise `steps` and run "
+        "the loop again with `resume=True`: it continues from its last "
+        "checkpoint), and so may more tries per prompt (a larger `group_size` makes "
+        "an all-wrong group rarer); neither is measured here."
     )
