@@ -134,11 +134,14 @@ def _learning(row: pd.Series) -> str:
     )
 
 
+def _listed(items: list[str]) -> str:
+    """``a`` or ``a and b`` or ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" and {items[-1]}"
+
+
 def _seeds(seeds: list[int]) -> str:
     """``seed 2`` or ``seeds 0 and 1`` or ``seeds 0, 1 and 3``."""
-    if len(seeds) == 1:
-        return f"seed {seeds[0]}"
-    return "seeds " + ", ".join(map(str, seeds[:-1])) + f" and {seeds[-1]}"
+    return ("seed " if len(seeds) == 1 else "seeds ") + _listed(list(map(str, seeds)))
 
 
 def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
@@ -172,6 +175,19 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
             if not table.empty:
                 facts[f"{variant} seed {seed}"] = _learning(table.iloc[0])
     results = ablation.on_learned_seeds(recorded)
+    # how far each variant moved from its own base model, seed by seed
+    for variant in ablation.VARIANTS:
+        table = ablation.baseline_learning(results, variant)
+        if not table.empty:
+            gains = _listed(
+                [
+                    f"{100 * (row['exact after'] - row['exact before']):+.0f}"
+                    for _, row in table.iterrows()
+                ]
+            )
+            facts[f"{variant}: exact points gained"] = (
+                f"{gains} points on {_seeds(list(table['seed']))}"
+            )
     for grade in ("exact", "lenient"):
         table = ablation.paired_outcomes(results, grade)
         for row in table.itertuples():

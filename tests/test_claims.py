@@ -151,6 +151,8 @@ cites(
     "sequence-mean seed 2",
     "KL beta=0.2 exact",
     "KL beta=0.2 lenient",
+    "KL beta=0.2: exact points gained",
+    "baseline: exact points gained",
     "KL beta=0.2: KL to base (k3)",
     "baseline: KL to base (k3)",
     "KL beta=0.2: boxed",
