@@ -22,6 +22,7 @@ Introduced in: 05_sync_training_loop.ipynb
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -252,8 +253,42 @@ def box_drift(metrics: pd.DataFrame, reward: str) -> str | None:
 #: Steps at the end of a run that :func:`stall` reads.
 STALL_STEPS = 10
 
+#: A completion that is a box and nothing else: ``\boxed{3}``, a guess with no working.
+BARE_BOX = re.compile(r"\s*\\boxed\{[^{}]*\}\s*")
 
-def stall(metrics: pd.DataFrame) -> str | None:
+
+def bare_boxes(samples: pd.DataFrame, steps: int = STALL_STEPS) -> float | None:
+    r"""The share of a run's sampled completions in its last ``steps`` steps that are
+    a bare box (:data:`BARE_BOX`), or None when ``samples`` holds none.
+
+    Args:
+        samples: one run's ``samples.jsonl`` as a DataFrame (``step`` and ``text``).
+        steps: how many of the last steps to read.
+
+    Example:
+        >>> frame = pd.DataFrame({"step": [0, 1, 1], "text": [
+        ...     "2 + 3 = 5. \\boxed{5}", "\\boxed{3}", "5 - 1 = 4. \\boxed{4}"]})
+        >>> bare_boxes(frame, steps=1)
+        0.5
+    """
+    if samples.empty or not {"step", "text"} <= set(samples.columns):
+        return None
+    last = samples[samples["step"] > samples["step"].max() - steps]
+    return float(
+        last["text"].map(lambda t: BARE_BOX.fullmatch(str(t)) is not None).mean()
+    )
+
+
+#: What :func:`stall` quotes of the recorded runs (``tests/test_training.py``
+#: recomputes each from the records): the bare-box share of the last 10 steps of
+#: seeds 2 and 9, which stalled, and the largest among the seeds that learned.
+STALLED_BARE = "72.5% and 92.5%"
+LEARNED_BARE = "2.5%"
+#: Seeds 2 and 9 again from scratch with ``group_size = 16`` (validation split).
+GROUP16_GAINS = "9% -> 64% and 4% -> 37%"
+
+
+def stall(metrics: pd.DataFrame, samples: pd.DataFrame | None = None) -> str | None:
     """A paragraph warning that a run may not have taken off, and why, or None.
 
     It speaks when fewer than half of a run's steps made an update, and at most half
@@ -267,8 +302,16 @@ def stall(metrics: pd.DataFrame) -> str | None:
     10% in the last steps) missed seed 9; this one, set after seed 9, met seeds 10
     and 11, run after it, with that one false alarm (``tests/test_training.py``).
 
+    With ``samples`` it also gives the share of bare boxes (:func:`bare_boxes`) in
+    the last steps: what the two recorded stalls had settled on, and no run that
+    learned (a description of those runs, not part of the rule). Its advice is
+    measured on those two seeds: ten more steps did not rescue them
+    (``bench/results/stall-resume/``); starting again with 16 completions per prompt
+    did (``bench/results/stall-group16/``).
+
     Args:
         metrics: one run's ``metrics.jsonl`` as a DataFrame, one row per step.
+        samples: the same run's ``samples.jsonl`` (:func:`load_samples`), or None.
 
     Raises:
         ValueError: ``metrics`` repeats a step (several runs in one frame, such as
@@ -291,19 +334,33 @@ def stall(metrics: pd.DataFrame) -> str | None:
         return None
     accuracy = float(metrics["accuracy"].tail(STALL_STEPS).mean())
     degenerate = float(metrics["frac_degenerate"].mean())
+    bare = None if samples is None else bare_boxes(samples)
+    guesses = (
+        ""
+        if bare is None
+        else f", and {bare:.0%} were a bare box such as `\\boxed{{3}}`, a guess with "
+        "no working before it"
+    )
     return (
         f"This run may not have taken off: {total} of its {steps} steps "
         f"made an update, {recent} of its last {STALL_STEPS}, and {degenerate:.0%} "
         "of its groups were degenerate: every completion earned the same reward, so "
         "every advantage was 0 and the group taught nothing (notebook 03). In its "
         f"last {STALL_STEPS} steps {accuracy:.0%} of the completions were right in a "
-        "box. GRPO learns only from a group whose rewards differ, and in this run "
-        "such groups were rare. Runs like this have gone both ways: of the recorded "
-        "runs of notebook 05's defaults, two with 8 and 12 updates in 30 steps gained "
-        "under 5 points on held-out problems (seeds 2 and 9), and one with 12 gained "
-        "25 (seed 10; the README's seed table). Notebook 07 tells which this is. If "
-        "it did not learn, a longer run may still take off (raise `steps` and run "
-        "the loop again with `resume=True`: it continues from its last "
-        "checkpoint), and so may more tries per prompt (a larger `group_size` makes "
-        "an all-wrong group rarer); neither is measured here."
+        f"box{guesses}. GRPO learns only from a group whose rewards differ, and in "
+        "this run such groups were rare. Runs like this have gone both ways: of the "
+        "recorded runs of notebook 05's defaults, two with 8 and 12 updates in 30 "
+        "steps gained under 5 points on held-out problems (seeds 2 and 9), and one "
+        "with 12 gained 25 (seed 10; the README's seed table). In their last 10 "
+        f"steps, {STALLED_BARE} of the recorded completions of seeds 2 and 9 were a "
+        f"bare box, and at most {LEARNED_BARE} of every seed that learned, seed 10 "
+        "included: the two had settled on boxing a guess. Notebook 07 tells which "
+        "this run is. Ten more steps did not rescue seeds 2 and 9 (resumed to 40 "
+        "steps, held-out exact 4% -> 2% and 9% -> 9%; "
+        "`bench/results/stall-resume/`): a boxed guess is rarely right, so most of "
+        "their groups stayed all wrong. Starting again with twice the completions per "
+        "prompt did: with `group_size = 16` both seeds learned (validation questions: "
+        f"exact {GROUP16_GAINS}; `bench/results/stall-group16/`), two runs, not a "
+        "measured rate. More tries per prompt make a group with a right answer, and so "
+        "an update, more likely at every step, and each step costs more."
     )

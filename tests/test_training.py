@@ -519,7 +519,12 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
     assert text.startswith("This run may not have taken off: 7 of its 30 steps made ")
     assert "an update, 4 of its last 10, and 83% of its groups were degenerate" in text
     assert "last 10 steps 3% of the completions" in text
-    assert "resume=True" in text
+    assert "bare box such as" not in text  # no samples given, no share
+    samples = pd.DataFrame(
+        {"step": [29] * 4, "text": ["\\boxed{3}"] * 3 + ["2 + 1 = 3. \\boxed{3}"]}
+    )
+    with_samples = run_files.stall(waiting, samples)
+    assert "and 75% were a bare box such as `\\boxed{3}`" in with_samples
     # half the steps updated, or more than half of the last ten: not a stall
     assert run_files.stall(waiting.assign(updated=[False, True] * 15)) is None
     late = waiting.assign(updated=[False] * 24 + [True] * 6)
@@ -539,6 +544,77 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
 
 #: Final-split runs of notebook 05's defaults, each with its per-step metrics.
 FINAL_RUNS = Path(__file__).resolve().parents[1] / "bench/results/notebook-final"
+#: Seeds 2 and 9 of notebook 05's defaults resumed from 30 to 40 steps.
+RESUMED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-resume"
+#: Seeds 2 and 9 of notebook 05's defaults again, with 16 completions per prompt.
+GROUP16_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-group16"
+
+
+def test_bare_boxes_reads_the_last_steps_and_only_a_box_alone():
+    import pandas as pd
+
+    samples = pd.DataFrame(
+        {
+            "step": [0, 0, 5, 5, 9, 9],
+            "text": [
+                "\\boxed{3}",  # step 0 is outside the last 5 steps (5..9)
+                "\\boxed{3}",
+                " \\boxed{12}\n",  # spaces around the box: still bare
+                "\\boxed{3}.",  # anything else with it: not bare
+                "4 + 8 = 12. \\boxed{12}",
+                "\\boxed{1}",
+            ],
+        }
+    )
+    assert run_files.bare_boxes(samples, steps=5) == pytest.approx(0.5)
+    assert run_files.bare_boxes(samples, steps=10) == pytest.approx(4 / 6)
+    assert run_files.bare_boxes(pd.DataFrame()) is None
+    assert run_files.bare_boxes(samples.drop(columns="text")) is None
+
+
+def test_stall_quotes_what_the_recorded_stalls_did():
+    """The bare-box shares and the resumed runs' held-out accuracy that ``stall``'s
+    paragraph quotes are the records': seeds 2 and 9 (which stalled) against every
+    final seed that learned, and the two runs resumed from 30 to 40 steps."""
+    seed_2 = run_files.load_samples(RESUMED_RUNS / "notebook-seed2")
+    stalled = [
+        run_files.bare_boxes(seed_2[seed_2["step"] < 30]),  # its first 30 steps
+        run_files.bare_boxes(run_files.load_samples(FINAL_RUNS / "notebook-seed9")),
+    ]
+    assert " and ".join(f"{x:.1%}" for x in stalled) == run_files.STALLED_BARE
+    learned = []
+    for path in sorted(FINAL_RUNS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json")):
+        result = json.loads(path.read_text())
+        exact = result["summary"]["exact"]
+        if exact["after"] > exact["before"] and exact["p_value"] < 0.01:
+            run = FINAL_RUNS / f"notebook-seed{result['seed']}"
+            learned.append(run_files.bare_boxes(run_files.load_samples(run)))
+    assert len(learned) >= 9
+    assert f"{max(learned):.1%}" == run_files.LEARNED_BARE
+    assert max(learned) < min(stalled)
+    text = run_files.stall(run_files.load_metrics(FINAL_RUNS / "notebook-seed9"))
+    assert f"{run_files.STALLED_BARE} of the recorded completions" in text
+    for seed in (2, 9):
+        result = json.loads(
+            (RESUMED_RUNS / f"cpu_grpo_demo-notebook-seed{seed}.json").read_text()
+        )
+        assert (result["early"]["step"], result["settings"]["steps"]) == (30, 40)
+        before, after = result["early"]["exact_acc"], result["trained"]["exact_acc"]
+        assert after <= before + 0.01  # ten more steps bought nothing
+        assert f"{before:.0%} -> {after:.0%}" in text
+    gains = []
+    for seed in (2, 9):  # the same seeds from scratch with twice the completions
+        result = json.loads(
+            (GROUP16_RUNS / f"cpu_grpo_demo-notebook-seed{seed}.json").read_text()
+        )
+        assert result["settings"]["group_size"] == 16
+        assert result["split"] == "validation"
+        exact, lenient = result["summary"]["exact"], result["summary"]["lenient"]
+        assert exact["p_value"] < 0.01 and lenient["p_value"] < 0.01
+        assert exact["after"] > exact["before"] and lenient["after"] > lenient["before"]
+        gains.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
+    assert " and ".join(gains) == run_files.GROUP16_GAINS
+    assert f"exact {run_files.GROUP16_GAINS};" in text
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
