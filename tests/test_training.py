@@ -572,23 +572,34 @@ def test_bare_boxes_reads_the_last_steps_and_only_a_box_alone():
     assert run_files.bare_boxes(samples.drop(columns="text")) is None
 
 
+def bare_count(samples) -> int:
+    """How many of ``samples``' completions are a bare box."""
+    return int(
+        samples["text"].map(lambda t: run_files.BARE_BOX.fullmatch(t) is not None).sum()
+    )
+
+
 def test_stall_quotes_what_the_recorded_stalls_did():
     """The bare-box shares and the resumed runs' held-out accuracy that ``stall``'s
-    paragraph quotes are the records': seeds 2 and 9 (which stalled) against every
-    final seed that learned, and the two runs resumed from 30 to 40 steps."""
+    paragraph and the README quote are the records': seeds 2 and 9 (which stalled)
+    against every final seed that learned, what their rewards paid for, the two runs
+    resumed from 30 to 40 steps, and the two started again with groups of 16."""
+    import pandas as pd
+
     seed_2 = run_files.load_samples(RESUMED_RUNS / "notebook-seed2")
     stalled = [
         run_files.bare_boxes(seed_2[seed_2["step"] < 30]),  # its first 30 steps
         run_files.bare_boxes(run_files.load_samples(FINAL_RUNS / "notebook-seed9")),
     ]
     assert " and ".join(f"{x:.1%}" for x in stalled) == run_files.STALLED_BARE
-    learned = []
+    learned, learned_seeds = [], []
     for path in sorted(FINAL_RUNS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json")):
         result = json.loads(path.read_text())
         exact = result["summary"]["exact"]
         if exact["after"] > exact["before"] and exact["p_value"] < 0.01:
             run = FINAL_RUNS / f"notebook-seed{result['seed']}"
             learned.append(run_files.bare_boxes(run_files.load_samples(run)))
+            learned_seeds.append(result["seed"])
     assert len(learned) >= 9
     assert f"{max(learned):.1%}" == run_files.LEARNED_BARE
     assert max(learned) < min(stalled)
@@ -602,6 +613,24 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         before, after = result["early"]["exact_acc"], result["trained"]["exact_acc"]
         assert after <= before + 0.01  # ten more steps bought nothing
         assert f"{before:.0%} -> {after:.0%}" in text
+    # where the guessing came from: the rewarded completions of the first 30 steps
+    rewarded = {}
+    for seed in (2, 9):
+        every = pd.DataFrame(
+            run_files.read_jsonl(
+                RESUMED_RUNS / f"notebook-seed{seed}/samples-all.jsonl"
+            )
+        )
+        paid = every[(every["step"] < 30) & (every["reward"] > 0)]
+        assert len(every[every["step"] < 30]) == 30 * 16  # every completion
+        rewarded[seed] = (bare_count(paid), len(paid))
+    assert rewarded == {2: (11, 16), 9: (26, 28)}
+    learned_paid = [
+        run_files.load_samples(FINAL_RUNS / f"notebook-seed{seed}")
+        for seed in learned_seeds
+    ]
+    paid = pd.concat(learned_paid).query("reward > 0")
+    assert (bare_count(paid), len(paid)) == (1, 190)
     gains = []
     for seed in (2, 9):  # the same seeds from scratch with twice the completions
         result = json.loads(
