@@ -36,8 +36,10 @@ def worked_reward(response: str, ground_truth: str) -> float:
     Example:
         >>> worked_reward(r"3 + 4 = 7 apples. \boxed{7}", "7")
         1.0
-        >>> worked_reward(r"\boxed{7}", "7"), worked_reward(r"3 + 4 = 7. \boxed{8}", "7")
-        (0.0, 0.0)
+        >>> worked_reward(r"\boxed{7}", "7")  # a right guess, with no working
+        0.0
+        >>> worked_reward(r"3 + 4 = 7. \boxed{8}", "7")
+        0.0
     """
     answer = rewards.extract_boxed(response)
     if not rewards.answers_match(answer, ground_truth):

@@ -274,6 +274,8 @@ def bare_boxes(samples: pd.DataFrame, steps: int = STALL_STEPS) -> float | None:
     if samples.empty or not {"step", "text"} <= set(samples.columns):
         return None
     last = samples[samples["step"] > samples["step"].max() - steps]
+    if last.empty:  # no step recorded (every step missing)
+        return None
     return float(
         last["text"].map(lambda t: BARE_BOX.fullmatch(str(t)) is not None).mean()
     )
@@ -337,8 +339,8 @@ def stall(metrics: pd.DataFrame, samples: pd.DataFrame | None = None) -> str | N
     bare = None if samples is None else bare_boxes(samples)
     guesses = (
         ""
-        if bare is None
-        else f", and {bare:.0%} were a bare box such as `\\boxed{{3}}`, a guess with "
+        if not bare
+        else f", and {bare:.0%} were a bare box such as `\\boxed{{1}}`, a guess with "
         "no working before it"
     )
     return (
@@ -351,17 +353,20 @@ def stall(metrics: pd.DataFrame, samples: pd.DataFrame | None = None) -> str | N
         "this run such groups were rare. Runs like this have gone both ways: of the "
         "recorded runs of notebook 05's defaults, two with 8 and 12 updates in 30 "
         "steps gained under 5 points on held-out problems (seeds 2 and 9), and one "
-        "with 12 gained 25 (seed 10; the README's seed table). In their last 10 "
-        f"steps, {STALLED_BARE} of the recorded completions of seeds 2 and 9 were a "
-        f"bare box, and at most {LEARNED_BARE} of every seed that learned, seed 10 "
-        "included: the two had settled on boxing a guess, which had earned most of "
-        "their few rewards. Notebook 07 tells which "
-        "this run is. Ten more steps did not rescue seeds 2 and 9 (resumed to 40 "
-        "steps, held-out exact 4% -> 2% and 9% -> 9%; "
-        "`bench/results/stall-resume/`): a boxed guess is rarely right, so most of "
-        "their groups stayed all wrong. Starting again with twice the completions per "
-        "prompt did: with `group_size = 16` both seeds learned (validation questions: "
-        f"exact {GROUP16_GAINS}; `bench/results/stall-group16/`), two runs, not a "
-        "measured rate. More tries per prompt make a group with a right answer, and so "
-        "an update, more likely at every step, and each step costs more."
+        "with 12 gained 25 (seed 10; the README's seed table); notebook 07 tells "
+        "whether this run learned. In their last 10 steps, "
+        f"{STALLED_BARE} of the recorded completions of seeds 2 and 9 were a bare "
+        f"box, against at most {LEARNED_BARE} for any seed that learned, seed 10 "
+        "included: the two had settled on boxing a guess, and most of their few "
+        "rewards had paid bare guesses. Ten more steps did not help them (resumed "
+        "from 30 to 40 steps, exact on test questions at step 30 -> step 40: 4% -> 2% "
+        "and 9% -> 9%; `bench/results/stall-resume/`). Started again with "
+        "`group_size = 16`, both learned (exact on validation questions, base -> "
+        f"trained: {GROUP16_GAINS}; `bench/results/stall-group16/`): more tries per "
+        "prompt make a group with a right answer, and so an update, likelier at "
+        "every step. Two runs cannot say how often that works, since a new start "
+        "also draws new completions (9 of 11 fresh starts at groups of 8 learned), "
+        "and each step then samples and trains twice the completions. To try it, "
+        "set `group_size = 16` (notebook 05's parameters cell) and train again from "
+        "the start."
     )

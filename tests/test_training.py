@@ -524,7 +524,7 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
         {"step": [29] * 4, "text": ["\\boxed{3}"] * 3 + ["2 + 1 = 3. \\boxed{3}"]}
     )
     with_samples = run_files.stall(waiting, samples)
-    assert "and 75% were a bare box such as `\\boxed{3}`" in with_samples
+    assert "and 75% were a bare box such as `\\boxed{1}`" in with_samples
     # half the steps updated, or more than half of the last ten: not a stall
     assert run_files.stall(waiting.assign(updated=[False, True] * 15)) is None
     late = waiting.assign(updated=[False] * 24 + [True] * 6)
@@ -569,14 +569,14 @@ def test_bare_boxes_reads_the_last_steps_and_only_a_box_alone():
     assert run_files.bare_boxes(samples, steps=5) == pytest.approx(0.5)
     assert run_files.bare_boxes(samples, steps=10) == pytest.approx(4 / 6)
     assert run_files.bare_boxes(pd.DataFrame()) is None
+    assert run_files.bare_boxes(samples.assign(step=float("nan"))) is None
     assert run_files.bare_boxes(samples.drop(columns="text")) is None
 
 
 def bare_count(samples) -> int:
     """How many of ``samples``' completions are a bare box."""
-    return int(
-        samples["text"].map(lambda t: run_files.BARE_BOX.fullmatch(t) is not None).sum()
-    )
+    bare = samples["text"].map(lambda t: run_files.BARE_BOX.fullmatch(str(t)))
+    return int(bare.notna().sum())
 
 
 def test_stall_quotes_what_the_recorded_stalls_did():
@@ -595,8 +595,8 @@ def test_stall_quotes_what_the_recorded_stalls_did():
     learned, learned_seeds = [], []
     for path in sorted(FINAL_RUNS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json")):
         result = json.loads(path.read_text())
-        exact = result["summary"]["exact"]
-        if exact["after"] > exact["before"] and exact["p_value"] < 0.01:
+        grades = [result["summary"][grade] for grade in ("exact", "lenient")]
+        if all(g["after"] > g["before"] and g["p_value"] < 0.01 for g in grades):
             run = FINAL_RUNS / f"notebook-seed{result['seed']}"
             learned.append(run_files.bare_boxes(run_files.load_samples(run)))
             learned_seeds.append(result["seed"])
@@ -643,7 +643,7 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         assert exact["after"] > exact["before"] and lenient["after"] > lenient["before"]
         gains.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
     assert " and ".join(gains) == run_files.GROUP16_GAINS
-    assert f"exact {run_files.GROUP16_GAINS};" in text
+    assert f"trained: {run_files.GROUP16_GAINS};" in text
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
