@@ -257,6 +257,11 @@ STALL_STEPS = 10
 BARE_BOX = re.compile(r"\s*\\boxed\{[^{}]*\}\s*")
 
 
+def is_bare_box(text: object) -> bool:
+    r"""Whether a completion is a bare box (:data:`BARE_BOX`): ``\boxed{3}`` alone."""
+    return BARE_BOX.fullmatch(str(text)) is not None
+
+
 def bare_boxes(samples: pd.DataFrame, steps: int = STALL_STEPS) -> float | None:
     r"""The share of a run's sampled completions in its last ``steps`` steps that are
     a bare box (:data:`BARE_BOX`), or None when ``samples`` holds none.
@@ -271,14 +276,12 @@ def bare_boxes(samples: pd.DataFrame, steps: int = STALL_STEPS) -> float | None:
         >>> bare_boxes(frame, steps=1)
         0.5
     """
-    if samples.empty or not {"step", "text"} <= set(samples.columns):
+    if not {"step", "text"} <= set(samples.columns):
         return None
     last = samples[samples["step"] > samples["step"].max() - steps]
-    if last.empty:  # no step recorded (every step missing)
+    if last.empty:  # no rows, or no step recorded (every step missing)
         return None
-    return float(
-        last["text"].map(lambda t: BARE_BOX.fullmatch(str(t)) is not None).mean()
-    )
+    return float(last["text"].map(is_bare_box).mean())
 
 
 #: What :func:`stall` quotes of the recorded runs (``tests/test_training.py``
