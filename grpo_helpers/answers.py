@@ -94,25 +94,11 @@ COPY_WORDS = 5
 
 _WORD = re.compile(r"[a-z0-9']+|[+\-*/=]")
 _ANNOTATION = re.compile(r"<<\s*[\d.,]+\s*([+\-*/])\s*[\d.,]+\s*=\s*[\d.,-]+\s*>>")
-_NUM = r"(\d[\d,]*(?:\.\d+)?)"
-_UNIT = r"(?:\s+[A-Za-z']+)?"
-# "a op b = c", with at most one word (a unit) after each operand: "19 books - 2
-# books = 17". Literal alternatives and bounded repeats only: linear in the text.
-_EXPRESSION = re.compile(
-    _NUM + _UNIT + r"\s*([+\-*/×÷])\s*" + _NUM + _UNIT + r"\s*=\s*" + _NUM
-)
 _OPERATORS = {"×": "*", "÷": "/"}
 
 
 def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
-
-
-def _example_answer(fewshot: Sequence[Mapping[str, str]]) -> str:
-    """The worked answer of a few-shot prompt (its assistant turns), without the
-    empty ``<think>`` block."""
-    text = " ".join(m["content"] for m in fewshot if m.get("role") == "assistant")
-    return re.sub(r"<think>.*?</think>", " ", text, flags=re.DOTALL)
 
 
 def copies_example(
@@ -129,7 +115,7 @@ def copies_example(
         >>> copies_example("Ava has 3 + 4 = 7 apples. \\boxed{7}")
         False
     """
-    example = _words(_example_answer(fewshot))
+    example = _words(prompts.example_answer(fewshot))
     if len(example) < min_words:
         return False
     shingles = {
@@ -169,7 +155,7 @@ def deciding_operation(completion: str, answer: str | None) -> str | None:
         >>> deciding_operation("Noah has 2 cookies.", "2") is None
         True
     """
-    found = _EXPRESSION.findall(completion)
+    found = rewards.EXPRESSION.findall(completion)
     if not found:
         return None
     chosen = found[-1]
@@ -178,21 +164,6 @@ def deciding_operation(completion: str, answer: str | None) -> str | None:
         if matching:
             chosen = matching[-1]
     return _OPERATORS.get(chosen[1], chosen[1])
-
-
-def _computes(
-    completion: str, answer: str | None, fewshot: Sequence[Mapping[str, str]]
-) -> bool:
-    """Whether the answer read is the result of an expression the completion
-    writes (``a op b = c`` with ``c`` the answer) that the worked example does not
-    hold: the answer was computed, even after words of the example."""
-    if answer is None:
-        return False
-    copied = set(_EXPRESSION.findall(_example_answer(fewshot)))
-    return any(
-        rewards.answers_match(e[3], answer) and e not in copied
-        for e in _EXPRESSION.findall(completion)
-    )
 
 
 def classify(
@@ -226,7 +197,7 @@ def classify(
     answer, boxed = rewards.read_answer(completion)
     if rewards.answers_match(answer, gold):
         return RIGHT_BOXED if boxed else RIGHT_UNBOXED
-    if copies_example(completion, fewshot) and not _computes(
+    if copies_example(completion, fewshot) and not rewards.computes(
         completion, answer, fewshot
     ):
         return COPIED

@@ -20,6 +20,7 @@ answer goes in a box).
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -30,6 +31,7 @@ __all__ = [
     "QUESTION_SUFFIX",
     "build_messages",
     "build_prompt",
+    "example_answer",
     "get_stop_sequences",
 ]
 
@@ -114,6 +116,20 @@ def build_messages(
         *[dict(turn) for turn in copy.deepcopy(list(fewshot))],
         {"role": "user", "content": question + QUESTION_SUFFIX},
     ]
+
+
+def example_answer(fewshot: Sequence[Mapping[str, str]] = FEWSHOT_PREFIX) -> str:
+    """The worked answer of a few-shot prompt: its assistant turns, without the
+    empty ``<think>`` block ("" for a zero-shot prompt).
+
+    Example:
+        >>> example_answer().split()[:4]
+        ["Let's", 'spell', 'the', 'word']
+        >>> example_answer([])
+        ''
+    """
+    text = " ".join(m["content"] for m in fewshot if m.get("role") == "assistant")
+    return re.sub(r"<think>.*?</think>", " ", text, flags=re.DOTALL)
 
 
 def build_prompt(

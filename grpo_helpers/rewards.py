@@ -5,14 +5,17 @@ GRPO needs a number for every completion. On GSM8K that number comes from a
 ``\boxed{...}``; we take the last boxed answer, parse it as a number and compare it
 with the gold answer that follows ``####`` in the dataset.
 
-Three reward functions are offered:
+Four reward functions are offered:
 
 * :func:`grade_answer` (``"binary"``): 1.0 when the boxed answer equals the gold
   answer, else 0.0. This is the demo scripts' reward, with a sturdier parser.
 * :func:`shaped_reward` (``"shaped"``): the article's train.py reward, which also pays
   a little for an unboxed correct answer, for a near miss and for using the box.
 * :func:`right_answer_reward` (``"right_answer"``): only a right answer pays, 1.0
-  boxed and 0.5 unboxed; what notebooks 05-07 train SmolLM2 on.
+  boxed and 0.5 unboxed.
+* :func:`worked_reward` (``"worked"``): 1.0 only for a boxed right answer that an
+  expression the completion writes computes (``3 + 4 = 7 ... \boxed{7}``), so a
+  lucky bare guess (``\boxed{7}`` alone) earns 0 (:func:`computes`).
 
 Nothing here ever evaluates model text: numbers are parsed with a small grammar and
 ``fractions.Fraction``, and every scan is linear in the length of the text.
@@ -24,14 +27,18 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
+
+from grpo_helpers import prompts
 
 __all__ = [
     "DEMO_BOXED_REGEX",
+    "EXPRESSION",
     "REWARD_FUNCTIONS",
     "UNBOXED_RIGHT_CREDIT",
     "answers_match",
+    "computes",
     "extract_boxed",
     "extract_boxed_demo",
     "extract_last_number",
@@ -42,6 +49,7 @@ __all__ = [
     "read_answer",
     "right_answer_reward",
     "shaped_reward",
+    "worked_reward",
 ]
 
 RewardFn = Callable[[str, str], float]
@@ -67,6 +75,23 @@ _LAST_NUMBER = re.compile(r"(?:(?<![\w)])-)?(?:\d+(?:,\d{3})*(?:\.\d+)?|\.\d+)")
 
 #: Relative tolerance of :func:`answers_match` (exact for integers and fractions).
 MATCH_TOLERANCE = 1e-6
+
+_OPERAND = r"(\d[\d,]*(?:\.\d+)?)"
+_UNIT = r"(?:\s+[A-Za-z']+)?"
+#: A written calculation "a op b = c" (groups: a, op, b, c), with at most one word (a
+#: unit) after each operand: "19 books - 2 books = 17". The first operand starts
+#: after no digit (nor a digit and a comma), so each run of digits is read once and
+#: the scan stays linear in the text; literal alternatives and bounded repeats only.
+EXPRESSION = re.compile(
+    r"(?<!\d)(?<!\d,)"
+    + _OPERAND
+    + _UNIT
+    + r"\s*([+\-*/×÷])\s*"
+    + _OPERAND
+    + _UNIT
+    + r"\s*=\s*"
+    + _OPERAND
+)
 
 
 def extract_boxed_demo(text: str) -> str | None:
@@ -401,11 +426,71 @@ def right_answer_reward(response: str, ground_truth: str) -> float:
     return 1.0 if boxed else UNBOXED_RIGHT_CREDIT
 
 
+def computes(
+    completion: str,
+    answer: str | None,
+    fewshot: Sequence[Mapping[str, str]] = prompts.FEWSHOT_PREFIX,
+) -> bool:
+    """Whether ``answer`` is the result of a calculation the completion writes.
+
+    True when some ``a op b = c`` of the completion (:data:`EXPRESSION`) has ``c``
+    equal to ``answer`` (:func:`answers_match`) and is not a calculation of the
+    prompt's worked example (``fewshot``), which a model could copy.
+
+    Example:
+        >>> computes("3 + 4 = 7 apples. So 7", "7")
+        True
+        >>> computes("She has 7 apples.", "7"), computes("3 + 4 = 8", "7")
+        (False, False)
+    """
+    if answer is None:
+        return False
+    copied = set(EXPRESSION.findall(prompts.example_answer(fewshot)))
+    return any(
+        answers_match(found[3], answer) and found not in copied
+        for found in EXPRESSION.findall(completion)
+    )
+
+
+def worked_reward(response: str, ground_truth: str) -> float:
+    r"""Pay only a worked right answer: 1.0 for a boxed right answer computed by a
+    calculation the completion writes, else 0.0.
+
+    The binary reward pays a bare ``\boxed{7}`` as much as a worked answer when 7
+    happens to be right. In a group where nothing else is right, that lucky guess
+    gets the largest advantage, and two of notebook 05's seeds learned to box a bare
+    guess (``bench/results/stall-resume/README.md``). Here a right answer pays only
+    when :func:`computes` finds the calculation that gives it.
+
+    Args:
+        response: a model completion.
+        ground_truth: the gold answer (text after ``####``).
+
+    Returns:
+        1.0 or 0.0.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> worked_reward(r"3 + 4 = 7 apples. \boxed{7}", "7")
+        1.0
+        >>> worked_reward(r"\boxed{7}", "7")  # a right guess, with no working
+        0.0
+        >>> worked_reward(r"3 + 4 = 7. \boxed{8}", "7")
+        0.0
+    """
+    answer = extract_boxed(response)
+    if not answers_match(answer, ground_truth):
+        return 0.0
+    return 1.0 if computes(response, answer) else 0.0
+
+
 #: Reward functions by name, as a run configuration names them.
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "binary": grade_answer,
     "shaped": shaped_reward,
     "right_answer": right_answer_reward,
+    "worked": worked_reward,
 }
 
 
@@ -413,8 +498,8 @@ def get_reward_fn(name: str) -> RewardFn:
     """Look up a reward function by name.
 
     Args:
-        name: a key of ``REWARD_FUNCTIONS`` (``"binary"``, ``"shaped"`` or
-            ``"right_answer"``).
+        name: a key of ``REWARD_FUNCTIONS`` (``"binary"``, ``"shaped"``,
+            ``"right_answer"`` or ``"worked"``).
 
     Returns:
         ``reward_fn(response, ground_truth) -> float``.

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import doctest
+import json
 import re
 from fractions import Fraction
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
@@ -26,6 +28,7 @@ from grpo_helpers.rewards import (
     parse_number,
     right_answer_reward,
     shaped_reward,
+    worked_reward,
 )
 
 #: A megabyte of adversarial text takes well under a second in linear time; a
@@ -376,11 +379,15 @@ def test_reward_registry() -> None:
         "binary": grade_answer,
         "shaped": shaped_reward,
         "right_answer": right_answer_reward,
+        "worked": worked_reward,
     }
     assert get_reward_fn("binary") is grade_answer
     assert get_reward_fn("shaped") is shaped_reward
     assert get_reward_fn("right_answer") is right_answer_reward
-    with pytest.raises(ValueError, match="'binary', 'shaped', 'right_answer'"):
+    assert get_reward_fn("worked") is worked_reward
+    with pytest.raises(
+        ValueError, match="'binary', 'shaped', 'right_answer', 'worked'"
+    ):
         get_reward_fn("nope")
 
 
@@ -428,3 +435,118 @@ def test_rewards_and_lenient_grade_read_the_answer_alike(text: str, gold: int) -
     grade = _grade_text(text, str(gold))
     assert (grade["answer_lenient"], grade["boxed"]) == (answer, boxed)
     assert grade["lenient"] == right and grade["exact"] == (right and boxed)
+
+
+# --- worked_reward: only a calculated right answer pays ------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "gold", "reward"),
+    [
+        (r"3 + 4 = 7 apples. \boxed{7}", "7", 1.0),
+        (r"19 books - 2 books = 17 books left. \boxed{17}", "17", 1.0),
+        (r"6 × 7 = 42, so \boxed{42}", "42", 1.0),
+        (r"3 + 4 = 7, then 7 * 2 = 14. \boxed{14}", "14", 1.0),
+        (r"1,200 + 34 = 1,234 \boxed{1234}", "1234", 1.0),
+        (r"\boxed{7}", "7", 0.0),  # a lucky guess: right, with no working
+        (r"There are 7 apples in total. \boxed{7}", "7", 0.0),  # no calculation
+        (r"3 + 4 = 7 apples.", "7", 0.0),  # worked, but not boxed
+        (r"3 + 4 = 8. \boxed{8}", "7", 0.0),  # worked, wrong
+        (r"3 + 4 = 7. \boxed{8}", "7", 0.0),  # the box is the answer
+        (r"3 + 4 = 7. \boxed{7", "7", 0.0),  # cut off inside the box
+    ],
+)
+def test_worked_reward_pays_only_a_calculated_right_answer(
+    text: str, gold: str, reward: float
+) -> None:
+    assert worked_reward(text, gold) == reward
+
+
+def test_worked_reward_is_binary_minus_the_uncalculated_answers() -> None:
+    right = [r"\boxed{72}", r"48 + 24 = 72. \boxed{72}", r"It is 72. \boxed{72}"]
+    assert [grade_answer(t, "72") for t in right] == [1.0, 1.0, 1.0]
+    assert [worked_reward(t, "72") for t in right] == [0.0, 1.0, 0.0]
+
+
+def test_computes_ignores_the_worked_examples_own_calculations() -> None:
+    from grpo_helpers.prompts import ARITHMETIC_EXAMPLE, example_answer
+
+    copied = rewards.EXPRESSION.findall(example_answer(ARITHMETIC_EXAMPLE))
+    assert copied, "the arithmetic example writes a calculation"
+    a, op, b, c = copied[0]
+    text = f"{a} {op} {b} = {c}"
+    assert rewards.computes(text, c)  # the strawberry prompt holds no calculation
+    assert not rewards.computes(text, c, ARITHMETIC_EXAMPLE)
+    assert rewards.computes(text, c, [])
+
+
+# EXPRESSION as first written (answers.py before the reward needed it): the plain
+# path. Its first operand may start inside a run of digits, so a megabyte of digits
+# took quadratic time (20,000 digits: 53 s); EXPRESSION starts a number only after no
+# digit (nor a digit and a comma).
+_PLAIN_OPERAND = r"(\d[\d,]*(?:\.\d+)?)"
+_PLAIN_UNIT = r"(?:\s+[A-Za-z']+)?"
+PLAIN_EXPRESSION = re.compile(
+    _PLAIN_OPERAND
+    + _PLAIN_UNIT
+    + r"\s*([+\-*/×÷])\s*"
+    + _PLAIN_OPERAND
+    + _PLAIN_UNIT
+    + r"\s*=\s*"
+    + _PLAIN_OPERAND
+)
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.text(alphabet="0123456789,+-*/×÷= ab\n", max_size=40))
+def test_expression_finds_what_the_plain_pattern_finds(text: str) -> None:
+    # without "." the two agree on every text (they differ only where a match's
+    # last number ends in a fraction followed by ",digit": "= 3.5,7 + 1 = 8")
+    assert rewards.EXPRESSION.findall(text) == PLAIN_EXPRESSION.findall(text)
+
+
+def test_expression_finds_what_the_plain_pattern_finds_in_recorded_answers() -> None:
+    texts = [
+        json.loads(line)["text"]
+        for path in sorted(RESULTS.glob("*/*/samples*.jsonl"))
+        for line in path.read_text().splitlines()
+    ]
+    assert len(texts) > 1000
+    assert [rewards.EXPRESSION.findall(t) for t in texts] == [
+        PLAIN_EXPRESSION.findall(t) for t in texts
+    ]
+
+
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+
+
+def test_worked_reward_gives_the_rewards_its_pilot_runs_recorded() -> None:
+    # bench/pilot_worked_reward.py's runs recorded every kept completion's reward;
+    # the packaged reward gives each the same (the gold answer is not recorded, but
+    # a boxed right answer is exactly an exact grade of 1)
+    paths = sorted(RESULTS.glob("pilot-worked-reward/*/samples.jsonl")) + sorted(
+        RESULTS.glob("worked-final/*/samples.jsonl")
+    )
+    rows = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
+    assert len(paths) >= 6 and len(rows) >= 720
+    recomputed = [
+        float(
+            row["exact"] == 1.0
+            and rewards.computes(row["text"], extract_boxed(row["text"]))
+        )
+        for row in rows
+    ]
+    assert recomputed == [row["reward"] for row in rows]
+    assert 0 < sum(recomputed) < len(rows)
+
+
+@pytest.mark.timeout(ADVERSARIAL_SECONDS)
+@pytest.mark.parametrize(
+    "prefix",
+    ["9" * 1_000_000, "1," * 500_000, "1 + " * 250_000, "1.1." * 250_000],
+    ids=["digits", "commas", "sums", "dots"],
+)
+def test_worked_reward_on_adversarial_megabyte(prefix: str) -> None:
+    # a right box at the end makes worked_reward scan the whole text
+    assert worked_reward(prefix + r" \boxed{72}", "72") == 0.0
+    assert worked_reward(prefix + r" 70 + 2 = 72 \boxed{72}", "72") == 1.0
