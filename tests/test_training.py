@@ -548,6 +548,8 @@ FINAL_RUNS = Path(__file__).resolve().parents[1] / "bench/results/notebook-final
 RESUMED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-resume"
 #: Seeds 2 and 9 of notebook 05's defaults again, with 16 completions per prompt.
 GROUP16_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-group16"
+#: The same two seeds from scratch with the worked reward (validation split).
+WORKED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/pilot-worked-reward"
 
 
 def test_bare_boxes_reads_the_last_steps_and_only_a_box_alone():
@@ -643,6 +645,19 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         gains.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
     assert " and ".join(gains) == run_files.GROUP16_GAINS
     assert f"trained: {run_files.GROUP16_GAINS};" in text
+    worked = []
+    for seed in (2, 9):  # the same seeds from scratch with the worked reward
+        result = json.loads(
+            (WORKED_RUNS / f"cpu_grpo_demo-notebook-seed{seed}.json").read_text()
+        )
+        assert result["settings"]["reward"] == "worked"
+        assert result["settings"]["group_size"] == 8
+        assert result["split"] == "validation"
+        exact, lenient = result["summary"]["exact"], result["summary"]["lenient"]
+        assert exact["p_value"] < 0.01 and lenient["p_value"] < 0.01
+        worked.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
+    assert " and ".join(worked) == run_files.WORKED_GAINS
+    assert f"validation questions: {run_files.WORKED_GAINS};" in text
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
