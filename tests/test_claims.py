@@ -216,15 +216,18 @@ def test_the_prose_quotes_the_recorded_numbers(where, start, source, keys):
 
 #: The final-split runs of notebook 05's defaults, one JSON per seed.
 FINAL_SEEDS = ROOT / "bench" / "results" / "notebook-final"
+#: The final-split runs of the same settings with the worked reward.
+WORKED_SEEDS = ROOT / "bench" / "results" / "worked-final"
 
 
-def test_the_readme_seed_table_is_the_bench_table():
+@pytest.mark.parametrize("directory", [FINAL_SEEDS, WORKED_SEEDS], ids=lambda p: p.name)
+def test_the_readme_seed_table_is_the_bench_table(directory):
     """The README's rows for the final-split seeds are what ``bench/cpu_grpo_demo.py
     --table`` prints for every seed file recorded, word for word (the summary line
-    that counts the seeds included)."""
+    that counts the seeds included), for the defaults and for the worked reward."""
     bench = bench_module("cpu_grpo_demo")
     files = sorted(
-        FINAL_SEEDS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json"),
+        directory.glob("cpu_grpo_demo-notebook-seed[0-9]*.json"),
         key=lambda p: int(p.stem.rsplit("seed", 1)[1]),
     )
     assert len(files) >= 3, files

@@ -6,6 +6,7 @@ import asyncio
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -713,3 +714,43 @@ def test_this_session_writes_no_run_into_the_project(session_runs_dir):
     for path in (SETTINGS.runs_root, default_run_dir()):
         assert not path.is_relative_to(project_runs), path
         assert path.is_relative_to(session_runs_dir.resolve()), path
+
+
+#: Final-split runs of notebook 05's defaults with the worked reward.
+WORKED_FINAL = Path(__file__).resolve().parents[1] / "bench/results/worked-final"
+#: "5 (Monday) + 7 (Tuesday) = 12": a calculation with a unit in brackets.
+BRACKETED = re.compile(r"\d+ [^()]{0,20}\([^()]+\)\s*[-+*/]\s*\d+")
+
+
+def test_worked_final_readme_quotes_what_seed_15_did():
+    """bench/results/worked-final/README.md: the one seed that did not clear the
+    bar made 4 updates, 12 of its 480 completions were right and boxed, 8 paid;
+    three of the unpaid four used bracketed units; no bare boxes at the end; and
+    run_files.stall speaks for seeds 14 and 15 only."""
+    text = " ".join((WORKED_FINAL / "README.md").read_text().split())
+    flagged, bracketed = set(), {}
+    for seed in (12, 13, 14, 15, 16, 17):
+        run = WORKED_FINAL / f"notebook-seed{seed}"
+        every = pd.DataFrame(run_files.read_jsonl(run / "samples-all.jsonl"))
+        metrics = pd.DataFrame(run_files.read_jsonl(run / "metrics.jsonl"))
+        assert len(every) == 30 * 16
+        assert f"| {seed} | {int(metrics['updated'].sum())} of 30 steps |" in text
+        right = every[every["exact"] == 1.0]
+        unpaid = right[right["reward"] == 0.0]
+        bracketed[seed] = sum(bool(BRACKETED.search(t)) for t in unpaid["text"])
+        if run_files.stall(metrics, every) is not None:
+            flagged.add(seed)
+        if seed == 15:
+            assert (len(right), int((right["reward"] > 0).sum()), len(unpaid)) == (
+                12,
+                8,
+                4,
+            )
+            assert run_files.bare_boxes(every) == 0.0
+    assert bracketed[15] == 3
+    assert "only 12 of its 480 completions were right and boxed; 8 of those 12" in text
+    assert "three calculated the answer" in text
+    assert all(1 <= bracketed[s] <= 3 for s in (12, 13, 16, 17)), bracketed
+    assert "one to three right, boxed answers written with bracketed units" in text
+    assert flagged == {14, 15}
+    assert "`run_files.stall` speaks for seeds 14 and 15" in text
