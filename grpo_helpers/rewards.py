@@ -13,9 +13,10 @@ Four reward functions are offered:
   a little for an unboxed correct answer, for a near miss and for using the box.
 * :func:`right_answer_reward` (``"right_answer"``): only a right answer pays, 1.0
   boxed and 0.5 unboxed.
-* :func:`worked_reward` (``"worked"``): 1.0 only for a boxed right answer that an
-  expression the completion writes computes (``3 + 4 = 7 ... \boxed{7}``), so a
-  lucky bare guess (``\boxed{7}`` alone) earns 0 (:func:`computes`).
+* :func:`worked_reward` (``"worked"``): 1.0 only for a boxed right answer that is
+  the written result of a calculation in the completion (``3 + 4 = 7 ...
+  \boxed{7}``), so a lucky bare guess (``\boxed{7}`` alone) earns 0
+  (:func:`computes`).
 
 Nothing here ever evaluates model text: numbers are parsed with a small grammar and
 ``fractions.Fraction``, and every scan is linear in the length of the text.
@@ -79,11 +80,12 @@ MATCH_TOLERANCE = 1e-6
 _OPERAND = r"(\d[\d,]*(?:\.\d+)?)"
 _UNIT = r"(?:\s+[A-Za-z']+)?"
 #: A written calculation "a op b = c" (groups: a, op, b, c), with at most one word (a
-#: unit) after each operand: "19 books - 2 books = 17". The first operand starts
-#: after no digit (nor a digit and a comma), so each run of digits is read once and
-#: the scan stays linear in the text; literal alternatives and bounded repeats only.
+#: unit) after each operand: "19 books - 2 books = 17". Only the written result is
+#: read: whether a op b equals c is not checked. The first operand starts after
+#: neither a digit nor a comma, so a run of digits and commas is scanned from its
+#: first character only, and the scan stays linear in the text.
 EXPRESSION = re.compile(
-    r"(?<!\d)(?<!\d,)"
+    r"(?<![\d,])"
     + _OPERAND
     + _UNIT
     + r"\s*([+\-*/×÷])\s*"
@@ -431,11 +433,14 @@ def computes(
     answer: str | None,
     fewshot: Sequence[Mapping[str, str]] = prompts.FEWSHOT_PREFIX,
 ) -> bool:
-    """Whether ``answer`` is the result of a calculation the completion writes.
+    """Whether ``answer`` is the written result of a calculation in the completion.
 
     True when some ``a op b = c`` of the completion (:data:`EXPRESSION`) has ``c``
     equal to ``answer`` (:func:`answers_match`) and is not a calculation of the
-    prompt's worked example (``fewshot``), which a model could copy.
+    prompt's worked example (``fewshot``), which a model could copy. Only the
+    written ``c`` is read: ``11 - 15 = 4`` gives 4, though its arithmetic is wrong.
+    Calculations in another form are not read, such as a unit in brackets after a
+    number: ``5 (Monday) + 7 (Tuesday) = 12``.
 
     Example:
         >>> computes("3 + 4 = 7 apples. So 7", "7")
@@ -453,14 +458,17 @@ def computes(
 
 
 def worked_reward(response: str, ground_truth: str) -> float:
-    r"""Pay only a worked right answer: 1.0 for a boxed right answer computed by a
-    calculation the completion writes, else 0.0.
+    r"""Pay only a worked right answer: 1.0 for a boxed right answer that is the
+    written result of a calculation in the completion, else 0.0.
 
     The binary reward pays a bare ``\boxed{7}`` as much as a worked answer when 7
     happens to be right. In a group where nothing else is right, that lucky guess
     gets the largest advantage, and two of notebook 05's seeds learned to box a bare
     guess (``bench/results/stall-resume/README.md``). Here a right answer pays only
-    when :func:`computes` finds the calculation that gives it.
+    when :func:`computes` finds a calculation whose written result it is (its
+    arithmetic is not checked). The calculations of the series' worked example
+    (``prompts.FEWSHOT_PREFIX``, which holds none) never count; a run prompted with
+    another example would need :func:`computes` with that example.
 
     Args:
         response: a model completion.

@@ -295,7 +295,11 @@ GROUP16_GAINS = "9% -> 64% and 4% -> 37%"
 WORKED_GAINS = "9% -> 51% and 4% -> 41%"
 
 
-def stall(metrics: pd.DataFrame, samples: pd.DataFrame | None = None) -> str | None:
+def stall(
+    metrics: pd.DataFrame,
+    samples: pd.DataFrame | None = None,
+    reward: str | None = None,
+) -> str | None:
     """A paragraph warning that a run may not have taken off, and why, or None.
 
     It speaks when fewer than half of a run's steps made an update, and at most half
@@ -321,6 +325,8 @@ def stall(metrics: pd.DataFrame, samples: pd.DataFrame | None = None) -> str | N
     Args:
         metrics: one run's ``metrics.jsonl`` as a DataFrame, one row per step.
         samples: the same run's ``samples.jsonl`` (:func:`load_samples`), or None.
+        reward: the run's reward name; the ``worked`` remedy is offered only to a
+            run that does not train on it already.
 
     Raises:
         ValueError: ``metrics`` repeats a step (several runs in one frame, such as
@@ -375,9 +381,15 @@ def stall(metrics: pd.DataFrame, samples: pd.DataFrame | None = None) -> str | N
         "also draws new completions (9 of 11 fresh starts at groups of 8 learned), "
         "and each step then samples and trains twice the completions. To try it, "
         "set `group_size = 16` (notebook 05's parameters cell) and train again from "
-        "the start. Or change the reward, at no extra cost per step: `reward = "
-        '"worked"` pays a right answer only when a calculation the completion writes '
-        "gives it, so a lucky bare guess earns nothing (notebook 02, section 6). "
-        "Started again with it at groups of 8, the same two seeds learned (exact on "
-        f"validation questions: {WORKED_GAINS}; `bench/results/pilot-worked-reward/`)."
+        "the start."
+        + (
+            ""
+            if reward == "worked"
+            else " Or change the reward, at no extra cost per step: `reward = "
+            '"worked"` pays a right answer only when it is the written result of a '
+            "calculation, so a lucky bare guess earns nothing (notebook 02, section "
+            "6). Started again with it at groups of 8, the same two seeds learned "
+            f"(exact on validation questions: {WORKED_GAINS}; "
+            "`bench/results/pilot-worked-reward/`)."
+        )
     )

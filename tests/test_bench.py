@@ -30,6 +30,14 @@ def test_step_time_quick_runs_and_prints_its_result_line(capsys):
         assert math.isfinite(result[key]) and result[key] > 0
 
 
+def test_group_shape_time_quick_runs_both_shapes_and_prints_its_result_line(capsys):
+    result = load_bench("group_shape_time").main(["--quick"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("RESULT step-sampling ") and "decoding-step" in last
+    for key in ("ratio_step", "ratio_decoding_step"):
+        assert math.isfinite(result[key]) and result[key] > 0
+
+
 def test_eval_speed_runs_both_paths_and_compares_them(capsys):
     from grpo_helpers.local import counters
 

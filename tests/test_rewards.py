@@ -482,8 +482,8 @@ def test_computes_ignores_the_worked_examples_own_calculations() -> None:
 
 # EXPRESSION as first written (answers.py before the reward needed it): the plain
 # path. Its first operand may start inside a run of digits, so a megabyte of digits
-# took quadratic time (20,000 digits: 53 s); EXPRESSION starts a number only after no
-# digit (nor a digit and a comma).
+# took quadratic time (20,000 digits: 53 s); EXPRESSION starts a number only after
+# neither a digit nor a comma.
 _PLAIN_OPERAND = r"(\d[\d,]*(?:\.\d+)?)"
 _PLAIN_UNIT = r"(?:\s+[A-Za-z']+)?"
 PLAIN_EXPRESSION = re.compile(
@@ -498,10 +498,10 @@ PLAIN_EXPRESSION = re.compile(
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.text(alphabet="0123456789,+-*/×÷= ab\n", max_size=40))
+@given(st.text(alphabet="0123456789+-*/×÷= ab\n", max_size=40))
 def test_expression_finds_what_the_plain_pattern_finds(text: str) -> None:
-    # without "." the two agree on every text (they differ only where a match's
-    # last number ends in a fraction followed by ",digit": "= 3.5,7 + 1 = 8")
+    # without "," and "." the two agree on every text; EXPRESSION starts no number
+    # right after a comma: "a,7 + 1 = 8" and "= 3.5,7 + 1 = 8" read no "7 + 1 = 8"
     assert rewards.EXPRESSION.findall(text) == PLAIN_EXPRESSION.findall(text)
 
 
@@ -524,11 +524,12 @@ def test_worked_reward_gives_the_rewards_its_pilot_runs_recorded() -> None:
     # bench/pilot_worked_reward.py's runs recorded every kept completion's reward;
     # the packaged reward gives each the same (the gold answer is not recorded, but
     # a boxed right answer is exactly an exact grade of 1)
+    # (seeds 14-17 ran with this packaged reward: for them it is a regression check)
     paths = sorted(RESULTS.glob("pilot-worked-reward/*/samples.jsonl")) + sorted(
-        RESULTS.glob("worked-final/*/samples.jsonl")
+        RESULTS.glob("worked-final/*/samples*.jsonl")
     )
     rows = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
-    assert len(paths) >= 6 and len(rows) >= 720
+    assert len(paths) >= 16 and len(rows) >= 3360
     recomputed = [
         float(
             row["exact"] == 1.0
@@ -543,8 +544,14 @@ def test_worked_reward_gives_the_rewards_its_pilot_runs_recorded() -> None:
 @pytest.mark.timeout(ADVERSARIAL_SECONDS)
 @pytest.mark.parametrize(
     "prefix",
-    ["9" * 1_000_000, "1," * 500_000, "1 + " * 250_000, "1.1." * 250_000],
-    ids=["digits", "commas", "sums", "dots"],
+    [
+        "9" * 1_000_000,
+        "1," * 500_000,
+        "1,," * 333_333,
+        "1 + " * 250_000,
+        "1.1." * 250_000,
+    ],
+    ids=["digits", "commas", "double-commas", "sums", "dots"],
 )
 def test_worked_reward_on_adversarial_megabyte(prefix: str) -> None:
     # a right box at the end makes worked_reward scan the whole text

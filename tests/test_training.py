@@ -659,6 +659,12 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         worked.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
     assert " and ".join(worked) == run_files.WORKED_GAINS
     assert f"validation questions: {run_files.WORKED_GAINS};" in text
+    # a run that already trains on worked is not told to switch to it
+    metrics = pd.DataFrame(
+        run_files.read_jsonl(WORKED_FINAL / "notebook-seed15/metrics.jsonl")
+    )
+    assert "reward = " in run_files.stall(metrics, reward="binary")
+    assert "reward = " not in run_files.stall(metrics, reward="worked")
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
@@ -747,8 +753,15 @@ def test_worked_final_readme_quotes_what_seed_15_did():
                 4,
             )
             assert run_files.bare_boxes(every) == 0.0
+            paid_steps = sorted(set(right.loc[right["reward"] > 0, "step"]))
+            assert (
+                ", ".join(map(str, paid_steps[:-1])) + f" and {paid_steps[-1]}" in text
+            )
+            assert not set(unpaid["step"]) & set(paid_steps)
     assert bracketed[15] == 3
-    assert "only 12 of its 480 completions were right and boxed; 8 of those 12" in text
+    assert (
+        "only 12 of its 480 completions were right and boxed, and 8 of those 12" in text
+    )
     assert "three calculated the answer" in text
     assert all(1 <= bracketed[s] <= 3 for s in (12, 13, 16, 17)), bracketed
     assert "one to three right, boxed answers written with bracketed units" in text

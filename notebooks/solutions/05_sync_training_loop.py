@@ -316,8 +316,9 @@ def prepare(case):
 # for a box alone and for near misses, so a run can learn the format and not the
 # arithmetic: the reward rises while exact accuracy stays flat. That is why the
 # loop logs exact accuracy and the boxed share apart from the reward.
-# With reward="worked" a right answer pays only when a written calculation
-# (a op b = c) gives it: a bare box earns 0 even when right, so the share of bare
+# With reward="worked" a right answer pays only when it is the written result of a
+# calculation (a op b = c): a bare box earns 0 even when right, so the share of bare
 # boxes stays low, where under "binary" a lucky guess can take its group's largest
-# advantage (notebook 02, section 6). The price: more degenerate groups, since a right
-# answer written another way ("5 (Monday) + 7 (Tuesday) = 12") earns nothing too.
+# advantage (notebook 02, section 6). Its price: on the same completions it pays less
+# than binary, since a right answer written another way ("5 (Monday) + 7 (Tuesday)
+# = 12") earns nothing too.
