@@ -134,3 +134,27 @@ def test_cpu_grpo_demo_table_refuses_what_it_cannot_read(tmp_path, capsys):
         assert message in capsys.readouterr().err, argv
     bench.main([f"--table={saved}"])
     assert "; 1 of 1 clear both bars" in capsys.readouterr().out
+
+
+def test_paired_runs_counts_flips_and_refuses_other_questions(tmp_path, capsys):
+    bench = load_bench("paired_runs")
+    worked = ROOT / "bench/results/worked-final"
+    seed12 = worked / "notebook-seed12"
+    same = bench.main(["--a", str(seed12), "--b", str(seed12)])
+    assert same["exact"] == {"a_only": 0, "b_only": 0, "p": 1.0}
+    assert capsys.readouterr().out.strip().splitlines()[-1].startswith("RESULT exact")
+    with pytest.raises(ValueError, match="same questions"):  # seed 16's differ
+        bench.compare([seed12], [worked / "notebook-seed16"])
+    with pytest.raises(ValueError, match="as many --a runs"):
+        bench.compare([seed12], [])
+    # the trained model against the base model of the same run: the flips are the
+    # run's own McNemar counts
+    (tmp_path / "eval_trained.jsonl").write_text(
+        (seed12 / "eval_base.jsonl").read_text()
+    )
+    flips = bench.compare([seed12], [tmp_path])
+    summary = json.loads((worked / "cpu_grpo_demo-notebook-seed12.json").read_text())
+    for grade in ("exact", "lenient"):
+        assert flips[grade]["a_only"] == summary["summary"][grade]["wrong_to_right"]
+        assert flips[grade]["b_only"] == summary["summary"][grade]["right_to_wrong"]
+        assert flips[grade]["p"] == pytest.approx(summary["summary"][grade]["p_value"])
