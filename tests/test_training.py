@@ -767,3 +767,45 @@ def test_worked_final_readme_quotes_what_seed_15_did():
     assert "one to three right, boxed answers written with bracketed units" in text
     assert flagged == {14, 15}
     assert "`run_files.stall` speaks for seeds 14 and 15" in text
+
+
+#: Notebook 05's defaults (binary) on the seeds of the worked-final runs.
+BINARY_SAME = Path(__file__).resolve().parents[1] / "bench/results/binary-same-seeds"
+
+
+def test_binary_same_seeds_readme_quotes_the_records():
+    """bench/results/binary-same-seeds/README.md: each seed's updates, what binary
+    paid on the stalled seed 13 and its bare boxes at the end, and the paired
+    comparison with worked that bench/paired_runs.py prints."""
+    import importlib.util
+
+    text = " ".join((BINARY_SAME / "README.md").read_text().split())
+    seeds = sorted(
+        int(p.stem.rsplit("seed", 1)[1])
+        for p in BINARY_SAME.glob("cpu_grpo_demo-notebook-seed[0-9]*.json")
+    )
+    assert seeds[:2] == [12, 13]
+    for seed in seeds:
+        run = BINARY_SAME / f"notebook-seed{seed}"
+        metrics = run_files.load_metrics(run)
+        assert f"| {seed} | {int(metrics['updated'].sum())} of 30 steps |" in text
+    every = pd.DataFrame(
+        run_files.read_jsonl(BINARY_SAME / "notebook-seed13/samples-all.jsonl")
+    )
+    paid = every[every["reward"] > 0]
+    assert (bare_count(paid), len(paid)) == (11, 18)
+    assert "11 of the 18 completions that binary paid" in text
+    assert (
+        f"{run_files.bare_boxes(every):.0%} of its completions in the last ten" in text
+    )
+    spec = importlib.util.spec_from_file_location(
+        "paired_runs", BINARY_SAME.parents[1] / "paired_runs.py"
+    )
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    pooled = bench.compare(
+        [WORKED_FINAL / f"notebook-seed{s}" for s in seeds],
+        [BINARY_SAME / f"notebook-seed{s}" for s in seeds],
+    )
+    e = pooled["exact"]
+    assert f"| pooled | {e['a_only']} / {e['b_only']} (p = {e['p']:.2g})" in text
