@@ -784,7 +784,7 @@ def test_binary_same_seeds_readme_quotes_the_records():
         int(p.stem.rsplit("seed", 1)[1])
         for p in BINARY_SAME.glob("cpu_grpo_demo-notebook-seed[0-9]*.json")
     )
-    assert seeds[:2] == [12, 13]
+    assert seeds == [12, 13, 14, 15]
     for seed in seeds:
         run = BINARY_SAME / f"notebook-seed{seed}"
         metrics = run_files.load_metrics(run)
@@ -807,5 +807,25 @@ def test_binary_same_seeds_readme_quotes_the_records():
         [WORKED_FINAL / f"notebook-seed{s}" for s in seeds],
         [BINARY_SAME / f"notebook-seed{s}" for s in seeds],
     )
-    e = pooled["exact"]
+    e, le = pooled["exact"], pooled["lenient"]
     assert f"| pooled | {e['a_only']} / {e['b_only']} (p = {e['p']:.2g})" in text
+    assert f"| {le['a_only']} / {le['b_only']} (p = {le['p']:.2g}) |" in text
+    # seed 15: the two runs sampled the same completions until step 6
+    worked = pd.DataFrame(
+        run_files.read_jsonl(WORKED_FINAL / "notebook-seed15/samples-all.jsonl")
+    )
+    binary = pd.DataFrame(
+        run_files.read_jsonl(BINARY_SAME / "notebook-seed15/samples-all.jsonl")
+    )
+    differ = worked["text"] != binary["text"]
+    assert int(worked.loc[differ, "step"].min()) == 6
+    assert "the same completions through step 5" in text
+    unread = worked[(worked["exact"] == 1.0) & (worked["reward"] == 0.0)]
+    first = unread[unread["step"] == unread["step"].min()]
+    assert int(unread["step"].min()) == 5
+    assert first["text"].map(lambda t: bool(BRACKETED.search(t))).all()
+    same14 = [
+        pd.DataFrame(run_files.read_jsonl(d / "notebook-seed14/samples-all.jsonl"))
+        for d in (WORKED_FINAL, BINARY_SAME)
+    ]
+    assert same14[0]["text"].tolist() == same14[1]["text"].tolist()
