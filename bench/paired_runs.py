@@ -26,19 +26,29 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grpo_helpers import stats  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from grpo_helpers import report, stats  # noqa: E402
 
 
-def graded(run_dir: Path) -> list[dict]:
+def graded(run_dir: Path) -> pd.DataFrame:
     """The trained model's graded answers of one run, in question order."""
     path = Path(run_dir) / "eval_trained.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing: is {run_dir} a recorded run?")
-    return [json.loads(line) for line in path.read_text().splitlines() if line]
+    return pd.DataFrame(
+        [json.loads(line) for line in path.read_text().splitlines() if line]
+    )
 
 
 def compare(a_dirs: list[Path], b_dirs: list[Path]) -> dict[str, dict[str, float]]:
-    """Question-by-question flips between paired runs, per grade, pooled."""
+    """Question-by-question flips between paired runs, per grade, pooled.
+
+    The flips and McNemar's p of each pair are ``report.compare``'s, with B as its
+    "base" and A as its "trained" side (``wrong_to_right``: right only under A).
+    ``report.compare`` pairs answers by question index; the question texts are
+    checked here first, since two seeds' held-out questions share their indices.
+    """
     if len(a_dirs) != len(b_dirs) or not a_dirs:
         raise ValueError(
             f"give as many --a runs as --b runs (got {len(a_dirs)} and {len(b_dirs)})"
@@ -46,24 +56,17 @@ def compare(a_dirs: list[Path], b_dirs: list[Path]) -> dict[str, dict[str, float
     pooled = {g: [0, 0] for g in ("exact", "lenient")}
     for a_dir, b_dir in zip(a_dirs, b_dirs, strict=True):
         a, b = graded(a_dir), graded(b_dir)
-        if [r["question"] for r in a] != [r["question"] for r in b]:
+        if a["question"].tolist() != b["question"].tolist():
             raise ValueError(f"{a_dir} and {b_dir} did not score the same questions")
         parts = []
         for grade, counts in pooled.items():
-            a_only = sum(
-                bool(x[grade]) and not y[grade] for x, y in zip(a, b, strict=True)
-            )
-            b_only = sum(
-                bool(y[grade]) and not x[grade] for x, y in zip(a, b, strict=True)
-            )
-            counts[0] += a_only
-            counts[1] += b_only
-            right_a = sum(bool(x[grade]) for x in a) / len(a)
-            right_b = sum(bool(y[grade]) for y in b) / len(b)
-            p = stats.mcnemar_exact_p(a_only, b_only)
+            pair = report.compare(b, a, grade, n_bootstrap=0)
+            counts[0] += pair.wrong_to_right
+            counts[1] += pair.right_to_wrong
             parts.append(
-                f"{grade} {right_a:.0%} vs {right_b:.0%} "
-                f"({a_only} a-only, {b_only} b-only, p = {p:.2g})"
+                f"{grade} {pair.trained_acc:.0%} vs {pair.base_acc:.0%} "
+                f"({pair.wrong_to_right} a-only, {pair.right_to_wrong} b-only, "
+                f"p = {pair.p_value:.2g})"
             )
         print(f"{Path(a_dir).name} | {Path(b_dir).name}: " + "; ".join(parts))
     result = {}
