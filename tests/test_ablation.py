@@ -5,11 +5,11 @@ smoke run writes what notebook 08 reads, and the pooled paired statistics."""
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import json
 
 import numpy as np
 import pytest
+from benches import load_bench
 
 from grpo_helpers import ablation, presets, stats
 from grpo_helpers.config import SETTINGS, GRPOConfig
@@ -26,11 +26,7 @@ PROMISES = {
 
 
 def _bench():
-    path = SETTINGS.project_root / "bench" / "ablations.py"
-    spec = importlib.util.spec_from_file_location("bench_ablations", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("ablations")
 
 
 def test_the_baseline_is_notebook_05s_run():

@@ -4,21 +4,14 @@ timing claims come from the benches themselves, run on a quiet machine."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 from pathlib import Path
 
 import pytest
+from benches import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_bench(name: str):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_step_time_quick_runs_and_prints_its_result_line(capsys):

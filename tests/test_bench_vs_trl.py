@@ -5,23 +5,16 @@ same work and prints its result line is."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
+from benches import load_bench
 
 pytest.importorskip("trl")
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def test_vs_trl_quick_runs_both_sides_and_prints_its_result_line(capsys):
-    spec = importlib.util.spec_from_file_location(
-        "vs_trl", ROOT / "bench" / "vs_trl.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("vs_trl")
     result = bench.main(["--quick"])
     out = capsys.readouterr().out
     last = out.strip().splitlines()[-1]

@@ -9,23 +9,18 @@ the sentences to rewrite.
 
 from __future__ import annotations
 
-import importlib.util
 from functools import cache
 from pathlib import Path
 
 import nbformat
 import pytest
+from benches import load_bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@cache
-def bench_module(name: str):
-    """``bench/<name>.py``, imported (the bench folder is not a package)."""
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+#: ``bench/<name>.py``, imported once per session.
+bench_module = cache(load_bench)
 
 
 @cache

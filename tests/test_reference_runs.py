@@ -11,19 +11,11 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import nbformat
 import pytest
+from benches import load_bench
 
 from grpo_helpers import ablation, data, evaluation, plotting, presets, reference
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_bench(name: str):
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(name, ROOT / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def test_the_shipped_run_loads_and_reproduces_its_numbers():

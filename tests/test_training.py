@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from benches import load_bench
 
 from grpo_helpers import run_files, training
 from grpo_helpers.cli import main as cli_main
@@ -777,8 +778,6 @@ def test_binary_same_seeds_readme_quotes_the_records():
     """bench/results/binary-same-seeds/README.md: each seed's updates, what binary
     paid on the stalled seed 13 and its bare boxes at the end, and the paired
     comparison with worked that bench/paired_runs.py prints."""
-    import importlib.util
-
     text = " ".join((BINARY_SAME / "README.md").read_text().split())
     seeds = sorted(
         int(p.stem.rsplit("seed", 1)[1])
@@ -798,11 +797,7 @@ def test_binary_same_seeds_readme_quotes_the_records():
     assert (
         f"{run_files.bare_boxes(every):.0%} of its completions in the last ten" in text
     )
-    spec = importlib.util.spec_from_file_location(
-        "paired_runs", BINARY_SAME.parents[1] / "paired_runs.py"
-    )
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_bench("paired_runs")
     pooled = bench.compare(
         [WORKED_FINAL / f"notebook-seed{s}" for s in seeds],
         [BINARY_SAME / f"notebook-seed{s}" for s in seeds],
