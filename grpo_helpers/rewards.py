@@ -17,6 +17,9 @@ Four reward functions are offered:
   the written result of a calculation in the completion (``3 + 4 = 7 ...
   \boxed{7}``), so a lucky bare guess (``\boxed{7}`` alone) earns 0
   (:func:`computes`).
+* :func:`worked_v2_reward` (``"worked_v2"``): ``worked``, reading also a label in
+  brackets after a number (``5 (Monday) + 7 (Tuesday) = 12``;
+  :data:`LABELLED_EXPRESSION`), a form ``worked`` left unpaid.
 
 Nothing here ever evaluates model text: numbers are parsed with a small grammar and
 ``fractions.Fraction``, and every scan is linear in the length of the text.
@@ -36,6 +39,7 @@ from grpo_helpers import prompts
 __all__ = [
     "DEMO_BOXED_REGEX",
     "EXPRESSION",
+    "LABELLED_EXPRESSION",
     "REWARD_FUNCTIONS",
     "UNBOXED_RIGHT_CREDIT",
     "answers_match",
@@ -51,6 +55,7 @@ __all__ = [
     "right_answer_reward",
     "shaped_reward",
     "worked_reward",
+    "worked_v2_reward",
 ]
 
 RewardFn = Callable[[str, str], float]
@@ -91,6 +96,23 @@ EXPRESSION = re.compile(
     + r"\s*([+\-*/×÷])\s*"
     + _OPERAND
     + _UNIT
+    + r"\s*=\s*"
+    + _OPERAND
+)
+
+# After an operand: at most one word, then at most one label in brackets without
+# digits, of at most 30 characters ("16 marbles (Monday)", "10 (crayons)").
+_LABELLED_UNIT = _UNIT + r"(?:\s*\([^()\d\n]{1,30}\))?"
+#: :data:`EXPRESSION`, also reading a label in brackets after each of the first two
+#: operands: "5 (Monday) + 7 (Tuesday) = 12". A bracket holding a digit is not a
+#: label ("(5 + 3)"). Same groups (a, op, b, c).
+LABELLED_EXPRESSION = re.compile(
+    r"(?<![\d,])"
+    + _OPERAND
+    + _LABELLED_UNIT
+    + r"\s*([+\-*/×÷])\s*"
+    + _OPERAND
+    + _LABELLED_UNIT
     + r"\s*=\s*"
     + _OPERAND
 )
@@ -432,6 +454,7 @@ def computes(
     completion: str,
     answer: str | None,
     fewshot: Sequence[Mapping[str, str]] = prompts.FEWSHOT_PREFIX,
+    pattern: re.Pattern[str] = EXPRESSION,
 ) -> bool:
     """Whether ``answer`` is the written result of a calculation in the completion.
 
@@ -440,7 +463,8 @@ def computes(
     prompt's worked example (``fewshot``), which a model could copy. Only the
     written ``c`` is read: ``11 - 15 = 4`` gives 4, though its arithmetic is wrong.
     Calculations in another form are not read, such as a unit in brackets after a
-    number: ``5 (Monday) + 7 (Tuesday) = 12``.
+    number: ``5 (Monday) + 7 (Tuesday) = 12``, unless ``pattern`` is
+    :data:`LABELLED_EXPRESSION`, which reads it.
 
     Example:
         >>> computes("3 + 4 = 7 apples. So 7", "7")
@@ -450,10 +474,10 @@ def computes(
     """
     if answer is None:
         return False
-    copied = set(EXPRESSION.findall(prompts.example_answer(fewshot)))
+    copied = set(pattern.findall(prompts.example_answer(fewshot)))
     return any(
         answers_match(found[3], answer) and found not in copied
-        for found in EXPRESSION.findall(completion)
+        for found in pattern.findall(completion)
     )
 
 
@@ -493,12 +517,52 @@ def worked_reward(response: str, ground_truth: str) -> float:
     return 1.0 if computes(response, answer) else 0.0
 
 
+def worked_v2_reward(response: str, ground_truth: str) -> float:
+    r""":func:`worked_reward`, reading also a label in brackets after a number.
+
+    ``worked`` reads a calculation only as ``a op b = c`` with at most one word
+    after a number, so it left unpaid right answers such as ``5 (Monday) + 7
+    (Tuesday) = 12 ... \boxed{12}``: on one final seed such answers were 3 of the
+    12 right ones, and the run fell short
+    (``bench/results/worked-final/README.md``). This version reads them
+    (:data:`LABELLED_EXPRESSION`) and pays every answer ``worked`` pays; a bare
+    guess still earns 0. Its own pilots:
+    ``bench/results/worked-v2/README.md``.
+
+    Args:
+        response: a model completion.
+        ground_truth: the gold answer (text after ``####``).
+
+    Returns:
+        1.0 or 0.0.
+
+    Introduced in: 02_reward_design.ipynb
+
+    Example:
+        >>> worked_v2_reward(r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12")
+        1.0
+        >>> worked_reward(r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12")
+        0.0
+        >>> worked_v2_reward(r"\boxed{12}", "12")  # a right guess, with no working
+        0.0
+    """
+    answer = extract_boxed(response)
+    if not answers_match(answer, ground_truth):
+        return 0.0
+    # either reading: a labelled match can swallow the start of a plain one
+    worked = computes(response, answer) or computes(
+        response, answer, pattern=LABELLED_EXPRESSION
+    )
+    return 1.0 if worked else 0.0
+
+
 #: Reward functions by name, as a run configuration names them.
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "binary": grade_answer,
     "shaped": shaped_reward,
     "right_answer": right_answer_reward,
     "worked": worked_reward,
+    "worked_v2": worked_v2_reward,
 }
 
 
@@ -507,7 +571,7 @@ def get_reward_fn(name: str) -> RewardFn:
 
     Args:
         name: a key of ``REWARD_FUNCTIONS`` (``"binary"``, ``"shaped"``,
-            ``"right_answer"`` or ``"worked"``).
+            ``"right_answer"``, ``"worked"`` or ``"worked_v2"``).
 
     Returns:
         ``reward_fn(response, ground_truth) -> float``.
