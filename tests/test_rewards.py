@@ -29,6 +29,7 @@ from grpo_helpers.rewards import (
     right_answer_reward,
     shaped_reward,
     worked_reward,
+    worked_v2_reward,
 )
 
 #: A megabyte of adversarial text takes well under a second in linear time; a
@@ -380,13 +381,15 @@ def test_reward_registry() -> None:
         "shaped": shaped_reward,
         "right_answer": right_answer_reward,
         "worked": worked_reward,
+        "worked_v2": worked_v2_reward,
     }
     assert get_reward_fn("binary") is grade_answer
     assert get_reward_fn("shaped") is shaped_reward
     assert get_reward_fn("right_answer") is right_answer_reward
     assert get_reward_fn("worked") is worked_reward
+    assert get_reward_fn("worked_v2") is worked_v2_reward
     with pytest.raises(
-        ValueError, match="'binary', 'shaped', 'right_answer', 'worked'"
+        ValueError, match="'binary', 'shaped', 'right_answer', 'worked', 'worked_v2'"
     ):
         get_reward_fn("nope")
 
@@ -557,3 +560,81 @@ def test_worked_reward_on_adversarial_megabyte(prefix: str) -> None:
     # a right box at the end makes worked_reward scan the whole text
     assert worked_reward(prefix + r" \boxed{72}", "72") == 0.0
     assert worked_reward(prefix + r" 70 + 2 = 72 \boxed{72}", "72") == 1.0
+
+
+# --- worked_v2_reward: worked, reading a label in brackets after a number -------
+
+
+@pytest.mark.parametrize(
+    ("text", "gold", "worked", "v2"),
+    [
+        (r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12", 0.0, 1.0),
+        (r"16 marbles (Monday) + 11 marbles (Tuesday) = 27 \boxed{27}", "27", 0.0, 1.0),
+        (r"There are 4 (apples) - 2 (r) = 2 apples left. \boxed{2}", "2", 0.0, 1.0),
+        (r"10 (crayons) + 6 = 16 \boxed{16}", "16", 0.0, 1.0),
+        (r"3 + 4 = 7 apples. \boxed{7}", "7", 1.0, 1.0),
+        (r"\boxed{12}", "12", 0.0, 0.0),  # a lucky guess pays nothing under either
+        (r"5 (Monday) + 7 (Tuesday) = 12. \boxed{13}", "12", 0.0, 0.0),  # wrong box
+        (r"5 (day 1) + 7 (day 2) = 12. \boxed{12}", "12", 0.0, 0.0),  # a digit: no label
+        (r"5 (" + "a" * 31 + r") + 7 = 12. \boxed{12}", "12", 0.0, 0.0),  # too long
+        (r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12", "12", 0.0, 0.0),  # cut off
+        # a labelled match swallows the start of the plain one; v2 reads both
+        (r"5 (a) + 3 = 3 + 4 = 7 \boxed{7}", "7", 1.0, 1.0),
+    ],
+)
+def test_worked_v2_reads_bracketed_labels(
+    text: str, gold: str, worked: float, v2: float
+) -> None:
+    assert (worked_reward(text, gold), worked_v2_reward(text, gold)) == (worked, v2)
+
+
+def test_worked_v2_changes_only_bracketed_answers_of_the_worked_runs() -> None:
+    # every completion the worked runs recorded: v2 pays all that worked paid, and
+    # the ones it adds are exactly the bracketed calculations that worked left
+    # unpaid (bench/results/worked-v2/README.md quotes the count)
+    paths = sorted(RESULTS.glob("pilot-worked-reward/*/samples.jsonl")) + sorted(
+        RESULTS.glob("worked-final/*/samples-all.jsonl")
+    )
+    rows = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
+    assert len(paths) == 10 and len(rows) == 4 * 120 + 6 * 480
+    changed = []
+    for row in rows:
+        answer = extract_boxed(row["text"])
+        v2 = float(
+            row["exact"] == 1.0
+            and (
+                rewards.computes(row["text"], answer)
+                or rewards.computes(
+                    row["text"], answer, pattern=rewards.LABELLED_EXPRESSION
+                )
+            )
+        )
+        assert v2 >= row["reward"]
+        if v2 != row["reward"]:
+            changed.append(row["text"])
+    assert len(changed) == 10
+    assert all(re.search(r"\d+(?: [a-z]+)? \([A-Za-z ]+\) [+-]", t) for t in changed)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789+-= ()ab\n", max_size=40), st.integers(0, 99))
+def test_worked_v2_pays_whatever_worked_pays(text: str, gold: int) -> None:
+    response = text + rf" \boxed{{{gold}}}"
+    assert worked_v2_reward(response, str(gold)) >= worked_reward(response, str(gold))
+
+
+@pytest.mark.timeout(ADVERSARIAL_SECONDS)
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "9" * 1_000_000,
+        "1 (a) " * 166_666,
+        "1 (" * 333_333,
+        "1 (" + "a" * 1_000_000,
+        "1 " * 500_000,
+    ],
+    ids=["digits", "labels", "open-brackets", "long-label", "spaces"],
+)
+def test_worked_v2_reward_on_adversarial_megabyte(prefix: str) -> None:
+    assert worked_v2_reward(prefix + r" \boxed{72}", "72") == 0.0
+    assert worked_v2_reward(prefix + r" 70 (a) + 2 = 72 \boxed{72}", "72") == 1.0
