@@ -575,7 +575,7 @@ def test_worked_reward_on_adversarial_megabyte(prefix: str) -> None:
         (r"3 + 4 = 7 apples. \boxed{7}", "7", 1.0, 1.0),
         (r"\boxed{12}", "12", 0.0, 0.0),  # a lucky guess pays nothing under either
         (r"5 (Monday) + 7 (Tuesday) = 12. \boxed{13}", "12", 0.0, 0.0),  # wrong box
-        (r"5 (day 1) + 7 (day 2) = 12. \boxed{12}", "12", 0.0, 0.0),  # a digit: no label
+        (r"5 (day 1) + 7 (day 2) = 12. \boxed{12}", "12", 0.0, 0.0),  # digit: no label
         (r"5 (" + "a" * 31 + r") + 7 = 12. \boxed{12}", "12", 0.0, 0.0),  # too long
         (r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12", "12", 0.0, 0.0),  # cut off
         # a labelled match swallows the start of the plain one; v2 reads both
