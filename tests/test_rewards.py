@@ -638,3 +638,23 @@ def test_worked_v2_pays_whatever_worked_pays(text: str, gold: int) -> None:
 def test_worked_v2_reward_on_adversarial_megabyte(prefix: str) -> None:
     assert worked_v2_reward(prefix + r" \boxed{72}", "72") == 0.0
     assert worked_v2_reward(prefix + r" 70 (a) + 2 = 72 \boxed{72}", "72") == 1.0
+
+
+def test_worked_v2_gives_the_rewards_its_runs_recorded() -> None:
+    # bench/results/worked-v2/: every completion of every run, rewards recomputed
+    paths = sorted(RESULTS.glob("worked-v2/*/samples-all.jsonl"))
+    rows = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
+    assert len(paths) >= 2 and len(rows) == 480 * len(paths)
+    recomputed = [
+        float(
+            row["exact"] == 1.0
+            and (
+                rewards.computes(row["text"], answer := extract_boxed(row["text"]))
+                or rewards.computes(
+                    row["text"], answer, pattern=rewards.LABELLED_EXPRESSION
+                )
+            )
+        )
+        for row in rows
+    ]
+    assert recomputed == [row["reward"] for row in rows]
