@@ -5,7 +5,7 @@ GRPO needs a number for every completion. On GSM8K that number comes from a
 ``\boxed{...}``; we take the last boxed answer, parse it as a number and compare it
 with the gold answer that follows ``####`` in the dataset.
 
-Four reward functions are offered:
+Five reward functions are offered:
 
 * :func:`grade_answer` (``"binary"``): 1.0 when the boxed answer equals the gold
   answer, else 0.0. This is the demo scripts' reward, with a sturdier parser.
@@ -458,13 +458,15 @@ def computes(
 ) -> bool:
     """Whether ``answer`` is the written result of a calculation in the completion.
 
-    True when some ``a op b = c`` of the completion (:data:`EXPRESSION`) has ``c``
+    True when some ``a op b = c`` of the completion (``pattern``, by default
+    :data:`EXPRESSION`) has ``c``
     equal to ``answer`` (:func:`answers_match`) and is not a calculation of the
     prompt's worked example (``fewshot``), which a model could copy. Only the
     written ``c`` is read: ``11 - 15 = 4`` gives 4, though its arithmetic is wrong.
     Calculations in another form are not read, such as a unit in brackets after a
     number: ``5 (Monday) + 7 (Tuesday) = 12``, unless ``pattern`` is
-    :data:`LABELLED_EXPRESSION`, which reads it.
+    :data:`LABELLED_EXPRESSION`, which reads it. Matches do not overlap, so in a
+    chain ``2 + 3 = 5 + 2 = 7`` the second calculation is not read.
 
     Example:
         >>> computes("3 + 4 = 7 apples. So 7", "7")
@@ -526,7 +528,8 @@ def worked_v2_reward(response: str, ground_truth: str) -> float:
     12 right ones, and the run fell short
     (``bench/results/worked-final/README.md``). This version reads them
     (:data:`LABELLED_EXPRESSION`) and pays every answer ``worked`` pays; a bare
-    guess still earns 0. Its own pilots:
+    guess still earns 0. Like ``worked`` it misses the second link of a chain
+    (``5 (a) + 3 = 3 (b) + 4 = 7``), since matches do not overlap. Its pilots:
     ``bench/results/worked-v2/README.md``.
 
     Args:
@@ -536,7 +539,7 @@ def worked_v2_reward(response: str, ground_truth: str) -> float:
     Returns:
         1.0 or 0.0.
 
-    Introduced in: 02_reward_design.ipynb
+    Introduced in: bench/results/worked-v2/README.md (no notebook yet)
 
     Example:
         >>> worked_v2_reward(r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12")

@@ -580,6 +580,10 @@ def test_worked_reward_on_adversarial_megabyte(prefix: str) -> None:
         (r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12", "12", 0.0, 0.0),  # cut off
         # a labelled match swallows the start of the plain one; v2 reads both
         (r"5 (a) + 3 = 3 + 4 = 7 \boxed{7}", "7", 1.0, 1.0),
+        (r"5 (" + "a" * 30 + r") + 7 = 12. \boxed{12}", "12", 0.0, 1.0),  # 30: a label
+        # matches do not overlap: the second link of a chain is read by neither
+        (r"5 (a) + 3 = 3 (b) + 4 = 7 \boxed{7}", "7", 0.0, 0.0),
+        (r"2 + 3 = 5 + 2 = 7 \boxed{7}", "7", 0.0, 0.0),
     ],
 )
 def test_worked_v2_reads_bracketed_labels(
@@ -599,28 +603,42 @@ def test_worked_v2_changes_only_bracketed_answers_of_the_worked_runs() -> None:
     assert len(paths) == 10 and len(rows) == 4 * 120 + 6 * 480
     changed = []
     for row in rows:
-        answer = extract_boxed(row["text"])
-        v2 = float(
-            row["exact"] == 1.0
-            and (
-                rewards.computes(row["text"], answer)
-                or rewards.computes(
-                    row["text"], answer, pattern=rewards.LABELLED_EXPRESSION
-                )
-            )
-        )
-        assert v2 >= row["reward"]
+        # a boxed right answer is exactly an exact grade of 1: the box stands in
+        # for the gold answer, which the samples do not record
+        gold = extract_boxed(row["text"]) if row["exact"] == 1.0 else None
+        v2 = worked_v2_reward(row["text"], gold) if gold is not None else 0.0
+        assert v2 >= row["reward"]  # v2 is worked_v2_reward, not its parts
         if v2 != row["reward"]:
             changed.append(row["text"])
     assert len(changed) == 10
     assert all(re.search(r"\d+(?: [a-z]+)? \([A-Za-z ]+\) [+-]", t) for t in changed)
 
 
+_LABELS = st.sampled_from(["", " apples", " (Monday)", " cars (red)", " (r)"])
+
+
 @settings(max_examples=300, deadline=None)
-@given(st.text(alphabet="0123456789+-= ()ab\n", max_size=40), st.integers(0, 99))
-def test_worked_v2_pays_whatever_worked_pays(text: str, gold: int) -> None:
-    response = text + rf" \boxed{{{gold}}}"
-    assert worked_v2_reward(response, str(gold)) >= worked_reward(response, str(gold))
+@given(
+    st.text(alphabet="+-= ()ab\n", max_size=20),  # no digit: no number
+    st.integers(0, 99),
+    _LABELS,
+    st.sampled_from("+-*"),
+    st.integers(0, 99),
+    _LABELS,
+    st.integers(0, 99),
+    st.booleans(),
+)
+def test_worked_v2_pays_whatever_worked_pays(
+    noise: str, a: int, la: str, op: str, b: int, lb: str, c: int, right: bool
+) -> None:
+    # a calculation, labelled or not, after random text with no number in it; the
+    # box holds c, which is the gold answer or one off it
+    response = f"{noise} {a}{la} {op} {b}{lb} = {c}. \\boxed{{{c}}}"
+    gold = str(c if right else c + 1)
+    worked, v2 = worked_reward(response, gold), worked_v2_reward(response, gold)
+    assert v2 >= worked
+    assert v2 == float(right)
+    assert worked == float(right and "(" not in la + lb)
 
 
 @pytest.mark.timeout(ADVERSARIAL_SECONDS)
@@ -632,8 +650,20 @@ def test_worked_v2_pays_whatever_worked_pays(text: str, gold: int) -> None:
         "1 (" * 333_333,
         "1 (" + "a" * 1_000_000,
         "1 " * 500_000,
+        "1" + " " * 999_999,
+        "1 a (b) + " * 100_000,
+        " (" * 500_000,
     ],
-    ids=["digits", "labels", "open-brackets", "long-label", "spaces"],
+    ids=[
+        "digits",
+        "labels",
+        "open-brackets",
+        "long-label",
+        "spaces",
+        "one-space-run",
+        "labelled-sums",
+        "space-brackets",
+    ],
 )
 def test_worked_v2_reward_on_adversarial_megabyte(prefix: str) -> None:
     assert worked_v2_reward(prefix + r" \boxed{72}", "72") == 0.0
@@ -646,15 +676,17 @@ def test_worked_v2_gives_the_rewards_its_runs_recorded() -> None:
     rows = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
     assert len(paths) >= 2 and len(rows) == 480 * len(paths)
     recomputed = [
-        float(
-            row["exact"] == 1.0
-            and (
-                rewards.computes(row["text"], answer := extract_boxed(row["text"]))
-                or rewards.computes(
-                    row["text"], answer, pattern=rewards.LABELLED_EXPRESSION
-                )
-            )
-        )
+        worked_v2_reward(row["text"], extract_boxed(row["text"]) or "")
+        if row["exact"] == 1.0
+        else 0.0
         for row in rows
     ]
     assert recomputed == [row["reward"] for row in rows]
+    assert 0 < sum(recomputed) < len(rows)
+    # validation seed 2 was paid at step 17 for a labelled answer worked missed
+    label_only = {
+        (row["step"], row["text"][:20])
+        for row, paid in zip(rows, recomputed, strict=True)
+        if paid and not worked_reward(row["text"], extract_boxed(row["text"]) or "")
+    }
+    assert (17, "11 (orange) + 11 (mo") in label_only
