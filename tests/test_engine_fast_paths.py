@@ -627,6 +627,29 @@ def test_sampling_with_a_shared_prefix_equals_the_plain_path(
     shared = batched_samples(sampler, prompts, True, temperature=temperature)
     for prompt, a, b in zip(prompts, plain, shared, strict=True):
         for (ta, la), (tb, lb) in zip(a, b, strict=True):
-            assert ta == tb
-            np.testing.assert_allclose(la, lb, atol=1e-4)
+            same = same_until_a_cdf_boundary(ta, tb, temperature)
+            np.testing.assert_allclose(la[:same], lb[:same], atol=1e-4)
+            np.testing.assert_allclose(teacher_forced(tc, prompt, ta), la, atol=1e-4)
             np.testing.assert_allclose(teacher_forced(tc, prompt, tb), lb, atol=1e-4)
+
+
+def same_until_a_cdf_boundary(ta, tb, temperature):
+    """How many leading tokens two samples of the same weights, seed and prompt share.
+
+    Greedy decoding must agree everywhere. A draw (``sampling.draw``) inverts the
+    cumulative sum of the probabilities over the vocabulary in id order, so logits that
+    differ in their last bits (the shared and the plain prefill add up in different
+    orders) change a token only when the uniform number falls on the border between
+    two neighbours: the two tokens then differ by exactly one id. The tiny random
+    model's near-uniform distribution over 49k tokens makes that border close (CI saw
+    7876 against 7877 once in a while). Any other difference is a bug.
+    """
+    if ta == tb:
+        return len(ta)
+    assert temperature > 0, (ta, tb)
+    first = next(
+        (i for i, (x, y) in enumerate(zip(ta, tb, strict=False)) if x != y), None
+    )
+    assert first is not None, ("one stopped early", ta, tb)
+    assert abs(ta[first] - tb[first]) == 1, (first, ta, tb)
+    return first
