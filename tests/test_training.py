@@ -551,7 +551,7 @@ RESUMED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-resume
 #: Seeds 2 and 9 of notebook 05's defaults again, with 16 completions per prompt.
 GROUP16_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-group16"
 #: The same two seeds from scratch with the worked reward (validation split).
-WORKED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/pilot-worked-reward"
+WORKED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/worked-v2"
 
 
 def test_bare_boxes_reads_the_last_steps_and_only_a_box_alone():
@@ -648,11 +648,11 @@ def test_stall_quotes_what_the_recorded_stalls_did():
     assert " and ".join(gains) == run_files.GROUP16_GAINS
     assert f"trained: {run_files.GROUP16_GAINS};" in text
     worked = []
-    for seed in (2, 9):  # the same seeds from scratch with the worked reward
+    for seed in (2, 9):  # the same seeds from scratch with the worked_v2 reward
         result = json.loads(
             (WORKED_RUNS / f"cpu_grpo_demo-notebook-seed{seed}.json").read_text()
         )
-        assert result["settings"]["reward"] == "worked"
+        assert result["settings"]["reward"] == "worked_v2"
         assert result["settings"]["group_size"] == 8
         assert result["split"] == "validation"
         exact, lenient = result["summary"]["exact"], result["summary"]["lenient"]
@@ -660,12 +660,13 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         worked.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
     assert " and ".join(worked) == run_files.WORKED_GAINS
     assert f"validation questions: {run_files.WORKED_GAINS};" in text
-    # a run that already trains on worked is not told to switch to it
+    # a run that already trains on worked or worked_v2 is not told to switch
     metrics = pd.DataFrame(
         run_files.read_jsonl(WORKED_FINAL / "notebook-seed15/metrics.jsonl")
     )
-    assert "reward = " in run_files.stall(metrics, reward="binary")
-    assert "reward = " not in run_files.stall(metrics, reward="worked")
+    assert 'reward = "worked_v2"' in run_files.stall(metrics, reward="binary")
+    for reward in ("worked", "worked_v2"):
+        assert "reward = " not in run_files.stall(metrics, reward=reward)
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
