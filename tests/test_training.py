@@ -546,11 +546,12 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
 
 #: Final-split runs of notebook 05's defaults, each with its per-step metrics.
 FINAL_RUNS = Path(__file__).resolve().parents[1] / "bench/results/notebook-final"
-#: Seeds 2 and 9 of notebook 05's defaults resumed from 30 to 40 steps.
+#: Seeds 2 and 9 of notebook 05's settings on the binary reward (its default before
+#: worked_v2), resumed from 30 to 40 steps.
 RESUMED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-resume"
-#: Seeds 2 and 9 of notebook 05's defaults again, with 16 completions per prompt.
+#: The same binary runs again from scratch, with 16 completions per prompt.
 GROUP16_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-group16"
-#: The same two seeds from scratch with the worked reward (validation split).
+#: The same two seeds from scratch with the worked_v2 reward (validation split).
 WORKED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/worked-v2"
 
 
