@@ -215,6 +215,38 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
         facts[f"{variant}: gradient norm / baseline's"] = (
             f"{ratio.min():.4f} to {ratio.max():.4f}"
         )
+    # Dr. GRPO's constant: a gradient 1/max_tokens of the baseline's, until it is not
+    for variant, changes in ablation.VARIANTS.items():
+        if changes.get("normalization") != "constant":
+            continue
+        off, unlike = [], []
+        for seed in sorted({r["seed"] for r in results if r["variant"] == variant}):
+            metrics, base = by_key[(variant, seed)], by_key[("baseline", seed)]
+            record = next(
+                r for r in results if r["variant"] == variant and r["seed"] == seed
+            )
+            scaled = metrics["grad_norm"] / base["grad_norm"]
+            scaled = scaled * record["settings"]["max_tokens"]
+            drift = metrics["step"][(scaled - 1).abs() > 1e-3]
+            off.append(
+                f"step {int(drift.iloc[0])} on seed {seed}"
+                if len(drift)
+                else f"none on seed {seed}"
+            )
+            mine, theirs = (
+                next(
+                    r["held_out"][-1]["exact_by_question"]
+                    for r in results
+                    if r["variant"] == v and r["seed"] == seed
+                )
+                for v in (variant, "baseline")
+            )
+            unlike.append(
+                f"{sum(a != b for a, b in zip(mine, theirs, strict=True))} "
+                f"on seed {seed}"
+            )
+        facts[f"{variant}: first step off 1/max_tokens"] = _listed(off)
+        facts[f"{variant}: test answers unlike the baseline's"] = _listed(unlike)
     mechanism = ablation.mechanism_table(results).groupby("variant", sort=False).mean()
     for variant, row in mechanism.iterrows():
         for name in ablation.MECHANISMS:

@@ -186,7 +186,7 @@ class GRPOConfig:
     learning_rate: float = 4e-5
     beta1: float = 0.9
     beta2: float = 0.95
-    reward: str = "binary"  # binary | shaped | right_answer
+    reward: str = "binary"  # the demo scripts'; see rewards.REWARD_FUNCTIONS
     advantage_scale: str = "none"  # none (reward - mean) | group (/ group std)
     weights_name: str = "grpo-gsm8k"
     swanlab: bool = False

@@ -539,7 +539,7 @@ def worked_v2_reward(response: str, ground_truth: str) -> float:
     Returns:
         1.0 or 0.0.
 
-    Introduced in: bench/results/worked-v2/README.md (no notebook yet)
+    Introduced in: 02_reward_design.ipynb
 
     Example:
         >>> worked_v2_reward(r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12")

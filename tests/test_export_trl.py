@@ -141,7 +141,7 @@ CHANGES = {
     "learning_rate": 1e-3,
     "beta1": 0.8,
     "beta2": 0.9,
-    "reward": "right_answer",  # notebook 05 trains on binary
+    "reward": "right_answer",  # notebook 05 trains on worked_v2
     "advantage_scale": "group",
     "weights_name": "other",
     "swanlab": True,

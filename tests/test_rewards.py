@@ -674,7 +674,7 @@ def test_worked_v2_gives_the_rewards_its_runs_recorded() -> None:
     # bench/results/worked-v2/: every completion of every run, rewards recomputed
     paths = sorted(RESULTS.glob("worked-v2/*/samples-all.jsonl"))
     rows = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
-    assert len(paths) == 8 and len(rows) == 480 * len(paths)  # seeds 2, 9, 18-23
+    assert len(paths) == 9 and len(rows) == 480 * len(paths)  # seeds 0, 2, 9, 18-23
     recomputed = [
         worked_v2_reward(row["text"], extract_boxed(row["text"]) or "")
         if row["exact"] == 1.0

@@ -546,12 +546,16 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
 
 #: Final-split runs of notebook 05's defaults, each with its per-step metrics.
 FINAL_RUNS = Path(__file__).resolve().parents[1] / "bench/results/notebook-final"
-#: Seeds 2 and 9 of notebook 05's defaults resumed from 30 to 40 steps.
+#: Seeds 2 and 9 of notebook 05's settings on the binary reward (its default before
+#: worked_v2), resumed from 30 to 40 steps.
 RESUMED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-resume"
-#: Seeds 2 and 9 of notebook 05's defaults again, with 16 completions per prompt.
+#: The same binary runs again from scratch, with 16 completions per prompt.
 GROUP16_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-group16"
-#: The same two seeds from scratch with the worked reward (validation split).
-WORKED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/pilot-worked-reward"
+#: The same two seeds from scratch with the worked_v2 reward (validation split), and
+#: its test seeds (0, the recorded run, and 18-23).
+WORKED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/worked-v2"
+#: Notebook 08's first ablation, whose baseline trained on binary.
+BINARY_ABLATION = Path(__file__).resolve().parents[1] / "bench/results/ablation-binary"
 
 
 def test_bare_boxes_reads_the_last_steps_and_only_a_box_alone():
@@ -648,11 +652,11 @@ def test_stall_quotes_what_the_recorded_stalls_did():
     assert " and ".join(gains) == run_files.GROUP16_GAINS
     assert f"trained: {run_files.GROUP16_GAINS};" in text
     worked = []
-    for seed in (2, 9):  # the same seeds from scratch with the worked reward
+    for seed in (2, 9):  # the same seeds from scratch with the worked_v2 reward
         result = json.loads(
             (WORKED_RUNS / f"cpu_grpo_demo-notebook-seed{seed}.json").read_text()
         )
-        assert result["settings"]["reward"] == "worked"
+        assert result["settings"]["reward"] == "worked_v2"
         assert result["settings"]["group_size"] == 8
         assert result["split"] == "validation"
         exact, lenient = result["summary"]["exact"], result["summary"]["lenient"]
@@ -660,43 +664,55 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         worked.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
     assert " and ".join(worked) == run_files.WORKED_GAINS
     assert f"validation questions: {run_files.WORKED_GAINS};" in text
-    # a run that already trains on worked is not told to switch to it
+    # a run that already trains on worked or worked_v2 is not told to switch
     metrics = pd.DataFrame(
         run_files.read_jsonl(WORKED_FINAL / "notebook-seed15/metrics.jsonl")
     )
-    assert "reward = " in run_files.stall(metrics, reward="binary")
-    assert "reward = " not in run_files.stall(metrics, reward="worked")
+    assert 'reward = "worked_v2"' in run_files.stall(metrics, reward="binary")
+    for reward in ("worked", "worked_v2"):
+        assert "reward = " not in run_files.stall(metrics, reward=reward)
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
-    """Every recorded run of notebook 05's defaults (the final seeds) and of its
-    ablation: ``stall`` speaks for every run whose held-out exact accuracy gained
-    under 5 points (seed 2 of the baseline, of sequence-mean and of Dr. GRPO's
-    constant; final seed 9), and for one run that learned, final seed 10, set after
-    the rule was: its false alarm, which its docstring and paragraph quote."""
+    """Every recorded run of notebook 05's settings (the binary final seeds and the
+    worked_v2 seeds) and of both ablations (the first, on binary, kept in
+    bench/results/ablation-binary/; the current one): ``stall`` speaks for every run
+    whose held-out exact accuracy gained under 5 points (binary seed 2 of the
+    baseline, of sequence-mean and of Dr. GRPO's constant; binary final seed 9), and
+    for one run that learned, binary final seed 10, set after the rule was: its
+    false alarm, which its docstring and paragraph quote."""
     import pandas as pd
 
     from grpo_helpers import ablation
 
     gains, flagged = {}, set()
-    for result in ablation.load_results():
-        name = f"{result['variant']} seed {result['seed']}"
-        held_out = result["held_out"]
-        gains[name] = held_out[-1]["exact"] - held_out[0]["exact"]
-        if run_files.stall(pd.DataFrame(result["metrics"])) is not None:
-            flagged.add(name)
-    finals = sorted(FINAL_RUNS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json"))
-    assert len(finals) >= 10, finals
-    for path in finals:
-        result = json.loads(path.read_text())
-        name = f"final seed {result['seed']}"
-        exact = result["summary"]["exact"]
-        gains[name] = exact["after"] - exact["before"]
-        metrics = run_files.load_metrics(FINAL_RUNS / f"notebook-seed{result['seed']}")
-        if run_files.stall(metrics) is not None:
-            flagged.add(name)
+    for prefix, results in (
+        ("", ablation.load_results()),
+        ("binary ", ablation.load_results(BINARY_ABLATION)),
+    ):
+        assert results, prefix
+        for result in results:
+            name = f"{prefix}{result['variant']} seed {result['seed']}"
+            held_out = result["held_out"]
+            gains[name] = held_out[-1]["exact"] - held_out[0]["exact"]
+            if run_files.stall(pd.DataFrame(result["metrics"])) is not None:
+                flagged.add(name)
+    for prefix, folder, count in (
+        ("final", FINAL_RUNS, 10),
+        ("worked_v2", WORKED_RUNS, 9),
+    ):
+        finals = sorted(folder.glob("cpu_grpo_demo-notebook-seed[0-9]*.json"))
+        assert len(finals) == count, finals
+        for path in finals:
+            result = json.loads(path.read_text())
+            name = f"{prefix} seed {result['seed']}"
+            exact = result["summary"]["exact"]
+            gains[name] = exact["after"] - exact["before"]
+            metrics = run_files.load_metrics(folder / f"notebook-seed{result['seed']}")
+            if run_files.stall(metrics) is not None:
+                flagged.add(name)
     stalled = {name for name, gain in gains.items() if gain < 0.05}
-    assert {"baseline seed 2", "final seed 9"} <= stalled
+    assert {"binary baseline seed 2", "final seed 9"} <= stalled
     assert flagged - stalled == {"final seed 10"}  # the one false alarm
     assert gains["final seed 10"] == pytest.approx(0.25)
     assert stalled <= flagged  # no run that did not learn goes unwarned

@@ -303,22 +303,25 @@ def prepare(case):
 }
 
 
-# Exercise 4 (discussion). With reward="right_answer" a right answer earns 0.5
-# without the box and 1.0 in it, so a weak model's groups have a spread more often:
-# frac_degenerate falls, more steps make an update, and fewer steps log grad_norm
-# as NaN (NaN marks a step with no update). The boxed share is the one to watch: in
-# a group whose only right answers are unboxed, those get a positive advantage, so
-# the box can lose ground (validation seed 4 boxed nothing from step 7 on,
-# bench/results/pilots-robust-defaults/README.md). Under "binary" degenerate groups
-# are more common while the model is weak (a group needs a right, boxed answer to
-# have a spread), so the first steps may make no update at all, but the box can only
-# gain. The shaped reward (notebook 02) gives almost every group a spread but pays
-# for a box alone and for near misses, so a run can learn the format and not the
-# arithmetic: the reward rises while exact accuracy stays flat. That is why the
-# loop logs exact accuracy and the boxed share apart from the reward.
-# With reward="worked" a right answer pays only when it is the written result of a
-# calculation (a op b = c): a bare box earns 0 even when right, so the share of bare
-# boxes stays low, where under "binary" a lucky guess can take its group's largest
-# advantage (notebook 02, section 6). Its price: on the same completions it pays less
-# than binary, since a right answer written another way ("5 (Monday) + 7 (Tuesday)
-# = 12") earns nothing too.
+# Exercise 4 (discussion). With reward="binary" any boxed right answer pays, a bare
+# \boxed{7} too when 7 is right. A lucky guess then takes its group's largest
+# advantage over the completions that calculated and went wrong (notebook 02,
+# section 6), so the share of bare boxes that run_files.stall quotes can climb: 3 of
+# binary's 15 final seeds settled on boxing a guess and did not learn, where
+# "worked_v2", the default, pays only a right answer written as the result of a
+# calculation and learned on all six final seeds it was tried on (too few seeds to
+# say it fails less often). Its price: a right answer written another way earns
+# nothing.
+# With reward="right_answer" a right answer earns 0.5 without the box and 1.0 in it,
+# so a weak model's groups have a spread more often: frac_degenerate falls, more
+# steps make an update, and fewer steps log grad_norm as NaN (NaN marks a step with
+# no update). The boxed share is the one to watch: in a group whose only right
+# answers are unboxed, those get a positive advantage, so the box can lose ground
+# (validation seed 4 boxed nothing from step 7 on,
+# bench/results/pilots-robust-defaults/README.md). Under "binary" or "worked_v2"
+# degenerate groups are more common while the model is weak (a group needs a paid
+# answer to have a spread), so the first steps may make no update at all, but the
+# box can only gain. The shaped reward (notebook 02) gives almost every group a
+# spread but pays for a box alone and for near misses, so a run can learn the format
+# and not the arithmetic: the reward rises while exact accuracy stays flat. That is
+# why the loop logs exact accuracy and the boxed share apart from the reward.
