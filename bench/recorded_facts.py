@@ -216,17 +216,15 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
             f"{ratio.min():.4f} to {ratio.max():.4f}"
         )
     # Dr. GRPO's constant: a gradient 1/max_tokens of the baseline's, until it is not
+    records = {(r["variant"], r["seed"]): r for r in results}
     for variant, changes in ablation.VARIANTS.items():
         if changes.get("normalization") != "constant":
             continue
         off, unlike = [], []
-        for seed in sorted({r["seed"] for r in results if r["variant"] == variant}):
+        for seed in sorted(s for v, s in records if v == variant):
             metrics, base = by_key[(variant, seed)], by_key[("baseline", seed)]
-            record = next(
-                r for r in results if r["variant"] == variant and r["seed"] == seed
-            )
-            scaled = metrics["grad_norm"] / base["grad_norm"]
-            scaled = scaled * record["settings"]["max_tokens"]
+            max_tokens = records[(variant, seed)]["settings"]["max_tokens"]
+            scaled = metrics["grad_norm"] / base["grad_norm"] * max_tokens
             drift = metrics["step"][(scaled - 1).abs() > 1e-3]
             off.append(
                 f"step {int(drift.iloc[0])} on seed {seed}"
@@ -234,11 +232,7 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
                 else f"none on seed {seed}"
             )
             mine, theirs = (
-                next(
-                    r["held_out"][-1]["exact_by_question"]
-                    for r in results
-                    if r["variant"] == v and r["seed"] == seed
-                )
+                records[(v, seed)]["held_out"][-1]["exact_by_question"]
                 for v in (variant, "baseline")
             )
             unlike.append(
