@@ -1,0 +1,139 @@
+"""One decoding step of the merged sampler: plain matrix products vs MKL's packed ones.
+
+Notebook 05's sampling is most of its time, and most of a decoding step is matrix
+products of 8 rows against every weight of the model (``aten::mm`` was 64% of a
+step's CPU time under ``torch.profiler``). MKL can keep a weight in its own packed
+layout for a fixed number of rows (``torch.ops.mkl._mkl_reorder_linear_weight``)
+and multiply by it without re-packing (``torch.ops.mkl._mkl_linear``): what
+``torch.compile`` does for a frozen linear layer on a CPU. This script asks whether
+that is worth building into ``MergedLlamaDecoder``, before anything changes:
+
+* it builds the merged decoder of SmolLM2 as the engine does, prefills the series'
+  few-shot prompt and fans it out to 8 rows (one group);
+* it times one decoding step with the engine's ``_linear`` and with a packed
+  product for every weight, alternating (plain, packed, plain, ...) so that a
+  disturbance hits both, and reports the medians and their ratio;
+* it compares the two steps' logits (largest absolute difference, same argmax).
+
+Nothing in the engine changes: the packed product is patched in for this script
+only. Packing costs a copy of the weights once per sampler (the weights change at
+every GRPO step), which the script also times.
+
+Run (about a minute on 2 cores; nothing else running)::
+
+    python bench/packed_linear.py
+
+The last line is for a script to read::
+
+    RESULT step-plain <ms> step-packed <ms> ratio <x> max-diff <d> pack <ms>
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p.add_argument("--rows", type=int, default=8, help="rows of a decoding step")
+    p.add_argument("--repeats", type=int, default=15)
+    args = p.parse_args(argv)
+    if not (
+        torch.backends.mkl.is_available() and hasattr(torch.ops.mkl, "_mkl_linear")
+    ):
+        print("this torch build has no MKL packed products: nothing to compare")
+        return {}
+
+    from grpo_helpers import data, prompts
+    from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.local import decoder as dec_mod
+    from grpo_helpers.local import models
+
+    model, tok = models.load_model(args.model)
+    dec = dec_mod.MergedLlamaDecoder(model)
+    row = data.load_split(GRPOConfig(dataset="arithmetic"), "train")[0]
+    prompt = prompts.build_prompt(tok, row["question"])
+    n, rows = len(prompt), args.rows
+    ids = torch.tensor([prompt])
+    mask = torch.ones_like(ids)
+    with torch.no_grad():
+        _, cache = dec.prefill(ids, mask, torch.arange(n)[None], n + 8, False)
+        dec.select(cache, torch.zeros(rows, dtype=torch.long))
+    tokens = torch.randint(0, model.config.vocab_size, (rows,))
+    step_mask = torch.ones(rows, n + 1, dtype=torch.long)
+    positions = torch.full((rows,), n)
+
+    weights = [w for layer in dec.layers for w in (layer.qkv, layer.o)]
+    weights += [w for layer in dec.layers for w in (layer.gate_up, layer.down)]
+    weights.append(dec.head)
+    t = time.perf_counter()
+    packed = {id(w): torch.ops.mkl._mkl_reorder_linear_weight(w, rows) for w in weights}
+    pack_ms = (time.perf_counter() - t) * 1000
+    plain_linear = dec_mod._linear
+
+    def packed_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, x.shape[-1])
+        if flat.shape[0] != rows or id(weight) not in packed:
+            return plain_linear(x, weight)
+        out = torch.ops.mkl._mkl_linear(flat, packed[id(weight)], weight, None, rows)
+        return out.reshape(*x.shape[:-1], weight.shape[0])
+
+    def step(linear: object) -> tuple[float, torch.Tensor]:
+        dec_mod._linear = linear
+        try:
+            cache.length = n
+            t = time.perf_counter()
+            with torch.no_grad():
+                logits = dec.step(tokens, step_mask, positions, cache)
+            return (time.perf_counter() - t) * 1000, logits
+        finally:
+            dec_mod._linear = plain_linear
+
+    step(plain_linear), step(packed_linear)  # warm-up
+    times: dict[str, list[float]] = {"plain": [], "packed": []}
+    for _ in range(args.repeats):
+        for name, fn in (("plain", plain_linear), ("packed", packed_linear)):
+            times[name].append(step(fn)[0])
+    _, a = step(plain_linear)
+    _, b = step(packed_linear)
+    diff = (a - b).abs().max().item()
+    same = bool((a.argmax(-1) == b.argmax(-1)).all())
+    med = {k: statistics.median(v) for k, v in times.items()}
+    ratio = med["plain"] / med["packed"]
+    print(
+        f"model={args.model} threads={torch.get_num_threads()} rows={rows} "
+        f"prompt_tokens={n} repeats={args.repeats}"
+    )
+    for k, v in times.items():
+        print(
+            f"{k:>7}: median {med[k]:.1f} ms a step (range {min(v):.1f}-{max(v):.1f})"
+        )
+    print(
+        f"packed is {ratio:.2f}x the plain step's speed; logits differ by at most "
+        f"{diff:.2e} (same argmax on every row: {same}); packing every weight once "
+        f"took {pack_ms:.0f} ms"
+    )
+    print(
+        f"RESULT step-plain {med['plain']:.1f} step-packed {med['packed']:.1f} "
+        f"ratio {ratio:.2f} max-diff {diff:.2e} pack {pack_ms:.0f}"
+    )
+    return {
+        "plain": med["plain"],
+        "packed": med["packed"],
+        "ratio": ratio,
+        "diff": diff,
+    }
+
+
+if __name__ == "__main__":
+    main()
