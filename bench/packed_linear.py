@@ -13,7 +13,9 @@ that is worth building into ``MergedLlamaDecoder``, before anything changes:
 * it times one decoding step with the engine's ``_linear`` and with a packed
   product for every weight, alternating (plain, packed, plain, ...) so that a
   disturbance hits both, and reports the medians and their ratio;
-* it compares the two steps' logits (largest absolute difference, same argmax).
+* it compares the two steps' logits (largest absolute difference, same argmax);
+* it times the prefill of the prompt, and profiles ten plain steps with
+  ``torch.profiler`` to say which operations their CPU time goes to.
 
 Nothing in the engine changes: the packed product is patched in for this script
 only. Packing costs a copy of the weights once per sampler (the weights change at
@@ -67,7 +69,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ids = torch.tensor([prompt])
     mask = torch.ones_like(ids)
     with torch.no_grad():
+        dec.prefill(ids, mask, torch.arange(n)[None], n + 8, False)  # warm-up
+        t = time.perf_counter()
         _, cache = dec.prefill(ids, mask, torch.arange(n)[None], n + 8, False)
+        prefill_ms = (time.perf_counter() - t) * 1000
         dec.select(cache, torch.zeros(rows, dtype=torch.long))
     tokens = torch.randint(0, model.config.vocab_size, (rows,))
     step_mask = torch.ones(rows, n + 1, dtype=torch.long)
@@ -101,11 +106,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     step(plain_linear), step(packed_linear)  # warm-up
     times: dict[str, list[float]] = {"plain": [], "packed": []}
+    logits: dict[str, torch.Tensor] = {}
     for _ in range(args.repeats):
         for name, fn in (("plain", plain_linear), ("packed", packed_linear)):
-            times[name].append(step(fn)[0])
-    _, a = step(plain_linear)
-    _, b = step(packed_linear)
+            seconds, logits[name] = step(fn)
+            times[name].append(seconds)
+    a, b = logits["plain"], logits["packed"]
     diff = (a - b).abs().max().item()
     same = bool((a.argmax(-1) == b.argmax(-1)).all())
     med = {k: statistics.median(v) for k, v in times.items()}
@@ -123,6 +129,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"{diff:.2e} (same argmax on every row: {same}); packing every weight once "
         f"took {pack_ms:.0f} ms"
     )
+    print(f"prefill of the {n}-token prompt (one row): {prefill_ms:.0f} ms")
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for _ in range(10):
+            step(plain_linear)
+    ops = sorted(prof.key_averages(), key=lambda e: -e.self_cpu_time_total)
+    total = sum(e.self_cpu_time_total for e in ops)
+    shares = ", ".join(f"{e.key} {e.self_cpu_time_total / total:.0%}" for e in ops[:4])
+    print(f"ten plain steps, share of self CPU time by operation: {shares}")
     print(
         f"RESULT step-plain {med['plain']:.1f} step-packed {med['packed']:.1f} "
         f"ratio {ratio:.2f} max-diff {diff:.2e} pack {pack_ms:.0f}"
