@@ -7,7 +7,7 @@ seconds of each and the ratios:
 
 * ``share_prefix`` off / on (``connect("local", shared_prefix=...)``): each batch
   prefills every prompt whole, or the shared few-shot prefix once and each
-  prompt's own tokens after it (``grpo_helpers.local.sampling.shared_prefix_len``);
+  prompt's own tokens after it (``grpo_helpers.local.prefill.shared_prefix_len``);
 * ``concurrency``: requests in flight, hence completions decoded per batch.
 
 It also counts the completions that differ from the plain path's (greedy: float

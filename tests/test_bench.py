@@ -31,6 +31,15 @@ def test_group_shape_time_quick_runs_both_shapes_and_prints_its_result_line(caps
         assert math.isfinite(result[key]) and result[key] > 0
 
 
+def test_sampling_paths_quick_compares_both_ways(capsys):
+    bench = load_bench("sampling_paths")
+    result = bench.main(["--quick"])
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("RESULT without ") and " same " in last
+    assert math.isfinite(result["ratio"]) and result["ratio"] > 0
+    assert result["total"] == 16 and 0 <= result["same"] <= 16
+
+
 def test_eval_speed_runs_both_paths_and_compares_them(capsys):
     from grpo_helpers.local import counters
 

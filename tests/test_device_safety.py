@@ -31,7 +31,8 @@ from grpo_helpers.local.decoder import (
     key_mask,
 )
 from grpo_helpers.local.models import load_model
-from grpo_helpers.local.sampling import GenerationRequest, generate, pad_rows
+from grpo_helpers.local.prefill import pad_rows
+from grpo_helpers.local.sampling import GenerationRequest, generate
 
 MODEL = "tiny-random"
 
@@ -173,26 +174,45 @@ def test_pad_rows_and_key_mask_create_their_tensors_on_the_given_device():
         pad_rows([[1]], 1, 0, "cpu", side="middle")
 
 
-def _requests(prompts, merged, **kw):
-    params = trio.SamplingParams(max_tokens=4, seed=1, **kw)
-    return [GenerationRequest(list(p), 2, params, merged=merged) for p in prompts]
+def _requests(prompts, merged, max_tokens=(4,), **kw):
+    """One request of 2 samples per prompt; ``max_tokens`` per prompt, cycled."""
+    return [
+        GenerationRequest(
+            list(p),
+            2,
+            trio.SamplingParams(max_tokens=n, seed=1, **kw),
+            merged=merged,
+        )
+        for p, n in zip(prompts, max_tokens * len(prompts), strict=False)
+    ]
 
 
 @pytest.mark.parametrize("merged", [True, False])
 def test_sampling_creates_no_tensor_off_the_model_device(tmp_path, merged):
     """Under ``torch.device("meta")`` a tensor made without a device is a meta
-    tensor: the padded batch, the shared-prefix batch and the shared-prefix
-    scoring all fail at once if one of their masks, positions or indices is."""
+    tensor: the padded batch, the shared-prefix batch, a prompt recalled from the
+    decoder's memory, a batch that keeps its finished rows (packed products) and
+    the shared-prefix scoring all fail at once if one of their masks, positions or
+    indices is."""
     svc = connect("local", run_dir=tmp_path, merged_sampler=merged)
     tc = perturbed_client(svc)
     host = tc._host
     snapshot = tc.save_weights_and_get_sampling_client()._snapshot
     head = list(range(100, 130))  # a shared prefix longer than MIN_SHARED_PREFIX
+    other = list(range(300, 330))
     batches = {
         "padded": _requests([[5, 6, 7], [8, 9, 10, 11, 12, 13], [14]], merged),
         "shared prefix": _requests([head + [1], head + [2, 3, 4]], merged),
         "sampled at T=0.6, top-p": _requests(
             [[5, 6], [7, 8, 9]], merged, temperature=0.6, top_p=0.9
+        ),
+        # another start than the shared prefix's, which the decoder remembers
+        "one prompt": _requests([other + [1, 2]], merged),
+        "one prompt that starts alike": _requests([other + [3]], merged),
+        # rows of the first request finish while the second's decode (last: the
+        # packed row count stays packed for these weights)
+        "rows that finish at different steps": _requests(
+            [[5, 6, 7], [8, 9]], merged, max_tokens=(17, 21)
         ),
     }
     scoring = [head + [1, 2], head + [3], [40, 41, 42]]
@@ -200,10 +220,21 @@ def test_sampling_creates_no_tensor_off_the_model_device(tmp_path, merged):
         r.prompt_only = True
     batches["shared-prefix scoring"] = scored
     # the path each batch must take (the engine's counters say which ran)
+    shrinking = {"sampling_shrinking_batches": 1}
+    packed = merged and _mkl_here()
     paths = {
-        "padded": {"sampling_plain_prefills": 1},
-        "shared prefix": {"sampling_shared_prefills": 1},
-        "sampled at T=0.6, top-p": {"sampling_plain_prefills": 1},
+        "padded": {"sampling_plain_prefills": 1, **shrinking},
+        "shared prefix": {"sampling_shared_prefills": 1, **shrinking},
+        "sampled at T=0.6, top-p": {"sampling_plain_prefills": 1, **shrinking},
+        "one prompt": {"sampling_plain_prefills": 1, **shrinking},
+        "one prompt that starts alike": {
+            f"sampling_{'recalled' if merged else 'plain'}_prefills": 1,
+            **shrinking,
+        },
+        "rows that finish at different steps": {
+            "sampling_plain_prefills": 1,
+            f"sampling_{'held' if packed else 'shrinking'}_batches": 1,
+        },
         "shared-prefix scoring": {
             "scoring_shared_groups": 1,
             "scoring_plain_prompts": 1,
@@ -222,6 +253,12 @@ def test_sampling_creates_no_tensor_off_the_model_device(tmp_path, merged):
                 )
             assert len(out) == len(requests), name
             assert {k: v for k, v in seen.items() if v} == paths[name], name
+
+
+def _mkl_here():
+    from grpo_helpers.local.decoder import packing_available
+
+    return packing_available(torch.device("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("shared", [True, False])

@@ -585,11 +585,8 @@ def batched_samples(sampler, prompts, shared, **kw):
 
 
 def test_shared_prefix_length_rules():
-    from grpo_helpers.local.sampling import (
-        MIN_SHARED_PREFIX,
-        GenerationRequest,
-        shared_prefix_len,
-    )
+    from grpo_helpers.local.prefill import MIN_SHARED_PREFIX, shared_prefix_len
+    from grpo_helpers.local.sampling import GenerationRequest
 
     def reqs(*prompts):
         params = trio.SamplingParams(max_tokens=4)
@@ -653,3 +650,142 @@ def same_until_a_cdf_boundary(ta, tb, temperature):
     assert first is not None, ("one stopped early", ta, tb)
     assert abs(ta[first] - tb[first]) == 1, (first, ta, tb)
     return first
+
+
+# ------------------------------------------- packed products and the prompt memory
+
+
+def sampler_and_decoder(tmp_path, monkeypatch, packing, memory):
+    """A merged sampler of perturbed weights, its decoder's shortcuts set as asked
+    (the host and its decoder serve the whole process: monkeypatch restores them)."""
+    svc = engine(tmp_path)
+    tc = perturbed_client(svc)
+    sampler = tc.save_weights_and_get_sampling_client()
+    sample(sampler, [5, 6, 7], n=1, max_tokens=1)  # builds the merged decoder
+    decoder = tc._host._merged
+    assert isinstance(decoder, MergedLlamaDecoder)
+    monkeypatch.setattr(decoder, "packing", packing)
+    monkeypatch.setattr(decoder, "memory", memory)
+    return tc, sampler, decoder
+
+
+def uneven_batch(sampler, prompts, **kw):
+    """One batch whose requests stop at different lengths (16, 20, 26 tokens), so
+    rows finish while others decode; (tokens, logprobs) per completion, and the
+    counters the batch moved."""
+    scheduler = sampler._host.scheduler
+    with counters.counting() as seen:
+        with scheduler.hold():
+            futures = [
+                sampler.sample(
+                    trio.ModelInput.from_ints(p),
+                    3,
+                    trio.SamplingParams(max_tokens=n, seed=11 + n, **kw),
+                )
+                for p, n in zip(prompts, (16, 20, 26), strict=True)
+            ]
+        responses = [f.result() for f in futures]
+    return [[(s.tokens, s.logprobs) for s in r.sequences] for r in responses], seen
+
+
+def test_packed_products_give_the_plain_products_numbers():
+    """MKL's packed product against the engine's plain one, at every packed row
+    count, on the tiny model's weights (SmolLM2's: ``bench/packed_linear.py``)."""
+    from grpo_helpers.local import decoder as dec_mod
+    from grpo_helpers.local.models import load_model
+
+    model, _ = load_model(MODEL)
+    dec = MergedLlamaDecoder(model)
+    if not dec.packing:
+        pytest.skip("this torch build has no MKL packed products")
+    gen = torch.Generator().manual_seed(0)
+    for rows in (2, 8, 16):
+        assert dec.prepare(rows, steps=dec_mod.MIN_PACKED_STEPS)
+        for weight in dec.weights():
+            x = torch.randn(rows, weight.shape[1], generator=gen)
+            np.testing.assert_allclose(
+                dec._mm(x, weight), dec_mod._linear(x, weight), atol=1e-5
+            )
+    # Not worth it: too few steps, one row, or more rows than PACKED_ROWS.
+    assert not dec.prepare(4, steps=dec_mod.MIN_PACKED_STEPS - 1)
+    assert not dec.prepare(1, steps=100)
+    assert not dec.prepare(dec_mod.PACKED_ROWS[1] + 1, steps=100)
+    # Other weights drop the packed copies: they held the old weights.
+    assert dec._packed
+    dec._fill(None)
+    assert not dec._packed and not dec.prepare(16, steps=1)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_held_rows_and_packed_products_sample_what_the_plain_loop_samples(
+    tmp_path, monkeypatch, temperature
+):
+    """Finished rows kept in the batch (fed padding) and packed products change no
+    completion: tokens and logprobs are those of the shrinking batch on plain
+    products, and the logprobs equal teacher forcing."""
+    gen = torch.Generator().manual_seed(4)
+    prompts = [random_tokens(gen, n) for n in (7, 12, 9)]
+    tc, sampler, decoder = sampler_and_decoder(
+        tmp_path, monkeypatch, packing=False, memory=False
+    )
+    plain, seen = uneven_batch(sampler, prompts, temperature=temperature)
+    assert seen["sampling_shrinking_batches"] == 1, seen
+    packing_on = _mkl_here()
+    if packing_on:
+        decoder.packing = True
+    else:  # no MKL: keep the rows in the batch all the same, on plain products
+        monkeypatch.setattr(decoder, "prepare", lambda rows, steps: True)
+    held, seen = uneven_batch(sampler, prompts, temperature=temperature)
+    assert seen["sampling_held_batches"] == 1, seen
+    if packing_on:
+        assert decoder._packed_rows == 9  # 3 requests x 3 samples
+    for prompt, a, b in zip(prompts, plain, held, strict=True):
+        for (ta, la), (tb, lb) in zip(a, b, strict=True):
+            same = same_until_a_cdf_boundary(ta, tb, temperature)
+            np.testing.assert_allclose(la[:same], lb[:same], atol=1e-4)
+            np.testing.assert_allclose(teacher_forced(tc, prompt, tb), lb, atol=1e-4)
+    assert [len(t) for t, _ in held[0]] == [16] * 3  # each request's own length
+
+
+def _mkl_here():
+    from grpo_helpers.local.decoder import packing_available
+
+    return packing_available(torch.device("cpu"), torch.float32)
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_prompt_memory_samples_what_a_full_prefill_samples(
+    tmp_path, monkeypatch, temperature
+):
+    """The sync loop's second prompt of a step reuses the first's few-shot start:
+    the same completions as prefilling it whole, logprobs equal to teacher forcing;
+    other weights remember nothing."""
+    gen = torch.Generator().manual_seed(6)
+    head = random_tokens(gen, 30)
+    prompts = [head + random_tokens(gen, n) for n in (3, 6)]
+
+    def one_by_one(sampler):
+        outputs = []
+        with counters.counting() as seen:
+            for p in prompts:
+                outputs.append(sample(sampler, p, temperature=temperature))
+        return outputs, seen
+
+    tc, sampler, decoder = sampler_and_decoder(
+        tmp_path, monkeypatch, packing=False, memory=False
+    )
+    full, seen = one_by_one(sampler)
+    assert seen["sampling_recalled_prefills"] == 0, seen
+    decoder.memory = True
+    sample(sampler, prompts[1])  # the last prompt run on these weights
+    recalled, seen = one_by_one(sampler)
+    assert seen["sampling_recalled_prefills"] == 2, seen
+    for prompt, a, b in zip(prompts, full, recalled, strict=True):
+        for (ta, la), (tb, lb) in zip(a, b, strict=True):
+            same = same_until_a_cdf_boundary(ta, tb, temperature)
+            np.testing.assert_allclose(la[:same], lb[:same], atol=1e-4)
+            np.testing.assert_allclose(teacher_forced(tc, prompt, tb), lb, atol=1e-4)
+    tc.forward_backward(grpo_batch("series", prompts=1), "importance_sampling")
+    tc.optim_step(trio.AdamParams(learning_rate=1e-2))
+    _, seen = one_by_one(tc.save_weights_and_get_sampling_client())
+    assert seen["sampling_recalled_prefills"] == 1, seen  # the first is new

@@ -42,6 +42,9 @@ HOMES = {
     "local.host": {
         "local.adapters": "LORA_ALPHA AdapterSnapshot LoraSpec linear_groups",
     },
+    "local.sampling": {
+        "local.prefill": "MIN_SHARED_PREFIX pad_rows shared_prefix_len",
+    },
     "local.engine": {
         "local.service": "LocalServiceClient default_run_dir",
         "local.training_client": "LocalTrainingClient",

@@ -1,7 +1,7 @@
 """How often each of the engine's paths ran: counters for tests and benches.
 
 The shared-prefix paths are chosen by a cost estimate (``prefix.plan_shared_prefixes``
-for training and scoring, ``sampling.shared_prefix_len`` for sampling), so a test
+for training and scoring, ``prefill.shared_prefix_len`` for sampling), so a test
 that compares a fast path with the plain one must also know that the fast path ran:
 otherwise it may compare the plain path with itself. The engine adds one to a
 counter each time it takes a path. Nothing but tests and benches reads them, and
@@ -9,18 +9,23 @@ they change no number a caller sees.
 
 Counters (one set per process, for every engine and model host together):
 
-========================== =====================================================
-``training_shared_groups``  Datums trained on a prefix computed once
-                            (``forward._forward_shared``)
-``training_shared_chunks``  chunks of suffixes run on top of such a prefix
-``training_plain_batches``  micro-batches of whole Datums
-                            (``forward._forward_plain``)
-``sampling_shared_prefills`` sampling batches whose common prompt start was
-                            prefilled once (``sampling.generate``)
-``sampling_plain_prefills`` sampling batches prefilled as left-padded prompts
-``scoring_shared_groups``   ``compute_logprobs`` groups scored on a shared prefix
-``scoring_plain_prompts``   prompts scored alone (``sampling.score_prompts``)
-========================== =====================================================
+============================== =========================================================
+``training_shared_groups``     Datums trained on a prefix computed once
+                               (``forward._forward_shared``)
+``training_shared_chunks``     chunks of suffixes run on top of such a prefix
+``training_plain_batches``     micro-batches of whole Datums
+                               (``forward._forward_plain``)
+``sampling_shared_prefills``   sampling batches whose common prompt start was prefilled
+                               once (``sampling.generate``)
+``sampling_plain_prefills``    sampling batches prefilled as left-padded prompts
+``sampling_recalled_prefills`` one-prompt batches whose start came from the decoder's
+                               memory of an earlier prompt (``decoder.recall``)
+``sampling_held_batches``      sampling batches decoded with packed products, finished
+                               rows kept in the batch (``decoder.prepare``)
+``sampling_shrinking_batches`` sampling batches whose finished rows left the batch
+``scoring_shared_groups``      ``compute_logprobs`` groups scored on a shared prefix
+``scoring_plain_prompts``      prompts scored alone (``sampling.score_prompts``)
+============================== =========================================================
 
 Example::
 
@@ -46,6 +51,9 @@ NAMES = (
     "training_plain_batches",
     "sampling_shared_prefills",
     "sampling_plain_prefills",
+    "sampling_recalled_prefills",
+    "sampling_held_batches",
+    "sampling_shrinking_batches",
     "scoring_shared_groups",
     "scoring_plain_prompts",
 )

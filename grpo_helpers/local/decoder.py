@@ -21,6 +21,17 @@ drop or repeat rows of its key/value cache (*select*). Two decoders provide them
 Both compute the same function; the tests check that sampled logprobs match a
 teacher-forced forward pass of the unmerged adapter to 1e-4.
 
+Two more shortcuts of the merged decoder, both checked against the plain loop by
+``tests/test_engine_fast_paths.py`` and timed by ``bench/sampling_paths.py``:
+
+* **packed products** (:meth:`MergedLlamaDecoder.prepare`): on a CPU with MKL, a
+  batch of 2-16 rows that may decode 16 steps or more has every weight re-laid
+  out once for that row count, which makes a SmolLM2 decoding step about 1.25x
+  faster with the same logits (``bench/packed_linear.py``);
+* **a prompt memory** (:meth:`~MergedLlamaDecoder.recall`): the keys and values of
+  the last prompt, for the weights loaded, so that a prompt starting alike (the
+  sync loop's second prompt of a step) runs only its own tokens.
+
 Which one a host uses is :func:`choose_sampler`'s answer: the merged decoder only
 for a Llama-style model whose weights are float32 (or float64), on a CPU or a CUDA
 GPU. A LoRA delta merged into bfloat16 weights would mostly round away, so the
@@ -29,7 +40,7 @@ adapter stays unmerged (see :func:`choose_sampler` for why not a float32 copy).
 Every mask, position id and index tensor these decoders build is created on the
 model's device: a CPU mask applied to GPU scores raises.
 
-The two decoders stay together, a little over 600 lines: they are two answers to
+The two decoders stay together, under 800 lines: they are two answers to
 one interface, and the tests hold one against the other.
 
 Introduced in: 06_async_training_loop.ipynb (the engine's speed, not the maths)
@@ -46,6 +57,7 @@ import torch.nn.functional as F
 from transformers.cache_utils import DynamicLayer
 
 from grpo_helpers.local.adapters import LORA_ALPHA, AdapterSnapshot
+from grpo_helpers.local.prefix import common_prefix_len
 
 
 class Decoder(Protocol):
@@ -94,6 +106,22 @@ class Decoder(Protocol):
         """Run ``[B, S]`` more tokens on top of a cache; return their logits
         ``[B, S, V]`` (``[B, 1, V]``, the last column's, with ``last_only``).
         ``attention_mask`` covers cache and new tokens; padding may sit anywhere."""
+        ...
+
+    def prepare(self, rows: int, steps: int) -> bool:
+        """Get ready for up to ``steps`` decoding steps of ``rows`` rows; True when
+        those steps run faster while the batch keeps exactly ``rows`` rows (the
+        sampler then leaves finished rows in the batch instead of dropping them)."""
+        ...
+
+    def recall(self, tokens: list[int], capacity: int) -> tuple[int, Any] | None:
+        """A one-row cache holding the longest start of ``tokens`` remembered for
+        the current weights, and its length (None: nothing remembered)."""
+        ...
+
+    def remember(self, tokens: list[int], cache: Any) -> None:
+        """Keep the keys and values of ``tokens`` (row 0 of ``cache``, which holds
+        them from position 0) for :meth:`recall` with the same weights."""
         ...
 
 
@@ -150,6 +178,15 @@ class HFDecoder:
             logits_to_keep=1 if last_only else 0,
         )
         return out.logits
+
+    def prepare(self, rows: int, steps: int) -> bool:
+        return False  # rows leave the batch as they finish
+
+    def recall(self, tokens: list[int], capacity: int) -> None:
+        return None  # which adapter is active is the host's business, not ours
+
+    def remember(self, tokens: list[int], cache: Any) -> None:
+        pass
 
 
 def _kv_cache(model: Any, capacity: int) -> Any:
@@ -225,6 +262,34 @@ MERGE_DTYPES = (torch.float32, torch.float64)
 #: Device types the merged decoder is checked on: the CPU by the test suite, CUDA by
 #: ``bench/gpu_check.py``. Elsewhere (mps, xpu...) the plain path runs.
 MERGED_DEVICE_TYPES = ("cpu", "cuda")
+
+#: MKL's packed products (:meth:`MergedLlamaDecoder.prepare`): a weight is re-laid out
+#: once for a fixed number of rows, and every product with that many rows then skips
+#: the re-layout BLAS does at each call. ``bench/packed_linear.py`` measures a
+#: SmolLM2 decoding step of 8 rows 1.29x faster, bit for bit the same logits, for
+#: about 250 ms of packing. Packed between these many rows (below 2, a product is
+#: a matrix-vector one; above 16 the gain is small) ...
+PACKED_ROWS = (2, 16)
+#: ... and only for a batch that may decode at least this many steps, so that the
+#: packing pays for itself (about ten steps of 8 rows do).
+MIN_PACKED_STEPS = 16
+
+
+def packing_available(device: torch.device, dtype: torch.dtype) -> bool:
+    """Whether MKL's packed products can run here: a CPU, float32, torch with MKL.
+
+    Elsewhere (an ARM Mac, a GPU, float64) the plain products run.
+
+    Example:
+        >>> packing_available(torch.device("cuda"), torch.float32)
+        False
+    """
+    return (
+        device.type == "cpu"
+        and dtype == torch.float32
+        and torch.backends.mkl.is_available()
+        and hasattr(torch.ops.mkl, "_mkl_linear")
+    )
 
 
 def choose_sampler(
@@ -314,6 +379,16 @@ class _Layer:
     down: torch.Tensor  # [hidden, I]
 
 
+@dataclass
+class _Memo:
+    """The keys and values of one prompt, for the weights they were computed with."""
+
+    weights: str | None
+    tokens: list[int]
+    keys: list[torch.Tensor]  # [1, KV, len(tokens), D] per layer
+    values: list[torch.Tensor]
+
+
 class KVCache:
     """Keys and values of every layer in ``[B, KV, capacity, D]`` buffers."""
 
@@ -376,6 +451,15 @@ class MergedLlamaDecoder:
             for i, layer in enumerate(layers)
         ]
         self.loaded: str | None = None  # id of the weights in the buffers
+        #: Use MKL's packed products when :meth:`prepare` asks (tests turn it off
+        #: to compare with the plain products).
+        self.packing = packing_available(self.device, weight.dtype)
+        self._packed: dict[int, torch.Tensor] = {}  # id(weight) -> packed copy
+        self._packed_rows = 0
+        #: Remember the last prompt's keys and values for :meth:`recall` (tests and
+        #: benches turn it off to compare with prefilling every prompt).
+        self.memory = True
+        self._memo: _Memo | None = None
         self._fill(None)
 
     @staticmethod
@@ -391,10 +475,15 @@ class MergedLlamaDecoder:
             and getattr(config, "pretraining_tp", 1) == 1
         )
 
-    def nbytes(self) -> int:
-        """Bytes of the merged copy this decoder holds."""
+    def weights(self) -> list[torch.Tensor]:
+        """Every weight a decoding step multiplies by: four per layer and the head."""
         tensors = [t for layer in self.layers for t in (layer.qkv, layer.o)]
         tensors += [t for layer in self.layers for t in (layer.gate_up, layer.down)]
+        return [*tensors, self.head]
+
+    def nbytes(self) -> int:
+        """Bytes of the merged copy this decoder holds (not counting packed copies)."""
+        tensors = self.weights()[:-1]
         if self._head_buffer is not None:
             tensors.append(self._head_buffer)
         return sum(t.numel() * t.element_size() for t in tensors)
@@ -456,6 +545,57 @@ class MergedLlamaDecoder:
         else:
             self.head = self._base_head
         self.loaded = "base" if snapshot is None else snapshot.id
+        self._packed, self._packed_rows = {}, 0  # packed copies of other weights
+        self._memo = None
+
+    def prepare(self, rows: int, steps: int) -> bool:
+        """Pack the weights for decoding steps of ``rows`` rows, when that pays.
+
+        Packing happens when :attr:`packing` is on, ``rows`` is in
+        :data:`PACKED_ROWS` and ``steps >= MIN_PACKED_STEPS``; the packed copies
+        (about the size of the weights) last until other weights are loaded or
+        another row count is packed, so a second group of the same sampler and size
+        packs nothing. Returns whether steps of ``rows`` rows now run packed.
+        """
+        low, high = PACKED_ROWS
+        if not (self.packing and low <= rows <= high and steps >= MIN_PACKED_STEPS):
+            return self.packing and rows == self._packed_rows
+        if rows != self._packed_rows:
+            self._packed = {}  # free the old copies first
+            reorder = torch.ops.mkl._mkl_reorder_linear_weight
+            self._packed = {id(w): reorder(w, rows) for w in self.weights()}
+            self._packed_rows = rows
+        return True
+
+    def recall(self, tokens: list[int], capacity: int) -> tuple[int, KVCache] | None:
+        memo = self._memo
+        if not self.memory or memo is None or memo.weights != self.loaded:
+            return None
+        n = common_prefix_len(memo.tokens, tokens)
+        if n == 0:
+            return None
+        shape = (1, self.kv_heads, max(capacity, len(tokens)), self.head_dim)
+        cache = KVCache(
+            [k.new_empty(shape) for k in memo.keys],
+            [v.new_empty(shape) for v in memo.values],
+        )
+        for target, source in zip(
+            cache.keys + cache.values, memo.keys + memo.values, strict=True
+        ):
+            target[:, :, :n] = source[:, :, :n]
+        cache.length = n
+        return n, cache
+
+    def remember(self, tokens: list[int], cache: KVCache) -> None:
+        if not self.memory:
+            return
+        n = len(tokens)
+        self._memo = _Memo(
+            self.loaded,
+            list(tokens),
+            [k[:1, :, :n].clone() for k in cache.keys],
+            [v[:1, :, :n].clone() for v in cache.values],
+        )
 
     # -------------------------------------------------------------- forward
 
@@ -475,14 +615,14 @@ class MergedLlamaDecoder:
         hidden = self._forward(input_ids, positions, cache, mask)
         if not all_logits:
             hidden = hidden[:, -1:]
-        return _linear(self._norm(hidden, self.final_norm), self.head), cache
+        return self._mm(self._norm(hidden, self.final_norm), self.head), cache
 
     def step(self, tokens, attention_mask, positions, cache):  # noqa: ANN001, ANN201
         # An additive mask over the keys (-inf on left padding), None without any;
         # built where the scores are (a CPU mask on CUDA scores raises).
         mask = key_mask(attention_mask.to(self.device), self.embed.dtype)
         hidden = self._forward(tokens[:, None], positions[:, None], cache, mask)
-        return _linear(self._norm(hidden[:, -1], self.final_norm), self.head)
+        return self._mm(self._norm(hidden[:, -1], self.final_norm), self.head)
 
     def select(self, cache: KVCache, rows: torch.Tensor) -> None:
         cache.keys = [k.index_select(0, rows) for k in cache.keys]
@@ -511,7 +651,19 @@ class MergedLlamaDecoder:
         hidden = self._forward(tokens, positions, cache, mask)
         if last_only:
             hidden = hidden[:, -1:]
-        return _linear(self._norm(hidden, self.final_norm), self.head)
+        return self._mm(self._norm(hidden, self.final_norm), self.head)
+
+    def _mm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """``x @ weight.T``: packed when ``x`` has the packed row count, else
+        :func:`_linear` (on SmolLM2's weights the two gave the same bits at 8 rows,
+        ``bench/packed_linear.py``)."""
+        flat = x.reshape(-1, x.shape[-1])
+        rows = flat.shape[0]
+        packed = self._packed.get(id(weight)) if rows == self._packed_rows else None
+        if packed is None:
+            return _linear(x, weight)
+        out = torch.ops.mkl._mkl_linear(flat.contiguous(), packed, weight, None, rows)
+        return out.reshape(*x.shape[:-1], weight.shape[0])
 
     def _norm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         return F.rms_norm(x, (x.shape[-1],), weight, self.eps)
@@ -537,7 +689,7 @@ class MergedLlamaDecoder:
         start, end = cache.length, cache.length + seq
         for i, layer in enumerate(self.layers):
             x = self._norm(hidden, layer.norm1)
-            q, k, v = _linear(x, layer.qkv).split([h * d, kv * d, kv * d], dim=-1)
+            q, k, v = self._mm(x, layer.qkv).split([h * d, kv * d, kv * d], dim=-1)
             q = _rope(q.reshape(batch, seq, h, d).transpose(1, 2), cos, sin)
             k = _rope(k.reshape(batch, seq, kv, d).transpose(1, 2), cos, sin)
             keys, values = cache.keys[i], cache.values[i]
@@ -559,12 +711,12 @@ class MergedLlamaDecoder:
                     q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
                 )
                 attn = attn.transpose(1, 2).reshape(batch, seq, h * d)
-            hidden = hidden + _linear(attn, layer.o)
+            hidden = hidden + self._mm(attn, layer.o)
             x = self._norm(hidden, layer.norm2)
-            gate, up = _linear(x, layer.gate_up).split(
+            gate, up = self._mm(x, layer.gate_up).split(
                 [self.intermediate, self.intermediate], dim=-1
             )
-            hidden = hidden + _linear(F.silu(gate) * up, layer.down)
+            hidden = hidden + self._mm(F.silu(gate) * up, layer.down)
         cache.length = end
         return hidden
 
@@ -611,6 +763,8 @@ __all__ = [
     "MERGED_DEVICE_TYPES",
     "MERGED_MODEL_TYPES",
     "MERGE_DTYPES",
+    "MIN_PACKED_STEPS",
+    "PACKED_ROWS",
     "Decoder",
     "HFDecoder",
     "KVCache",
@@ -618,4 +772,5 @@ __all__ = [
     "PreallocatedLayer",
     "choose_sampler",
     "key_mask",
+    "packing_available",
 ]

@@ -18,7 +18,15 @@ an inference server does, in about two hundred lines:
    ratio ``exp(logprob_train - logprob_sample)`` is 1 up to float noise (1e-4).
 4. **Stop.** A row stops at the tokenizer's EOS token, at any stop token id, when its
    text contains a stop string, or after ``max_tokens``. Finished rows leave the batch
-   (their cache rows are dropped) so long completions do not pay for short ones.
+   (their cache rows are dropped) so long completions do not pay for short ones;
+   except where the decoder runs MKL's packed products for the batch's row count
+   (``decoder.prepare``, a small batch on a CPU): a step at that count costs less
+   than one at a row fewer, so finished rows stay, fed padding, their logits unread.
+
+The sync loop samples one prompt at a time, and the prompts of a step start with the
+same few-shot tokens: the decoder remembers the last prompt's keys and values for
+the current weights (``decoder.recall``), and the next prompt runs only the tokens
+after the common start.
 
 Randomness comes from one ``torch.Generator`` per request, seeded with
 ``SamplingParams.seed`` when given: the same seed gives the same completions, whether
@@ -40,7 +48,12 @@ from pytrio.types import SampleResponse, SampleSequence, SamplingParams
 
 from grpo_helpers.local import counters
 from grpo_helpers.local.decoder import Decoder
-from grpo_helpers.local.prefix import common_prefix_len
+from grpo_helpers.local.prefill import (
+    pad_rows,
+    prefill_shared,
+    recall_prompt,
+    shared_prefix_len,
+)
 
 
 @dataclass
@@ -133,52 +146,6 @@ def filter_logits(
         remove = remove_sorted.scatter(-1, order, remove_sorted)
         scores = scores.masked_fill(remove, float("-inf"))
     return scores
-
-
-def pad_rows(
-    rows: Sequence[Sequence[int]],
-    width: int,
-    pad_token_id: int,
-    device: str | torch.device,
-    side: str = "left",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Token rows padded to ``width``, as ``(ids, mask)`` created on ``device``.
-
-    Built as Python lists and sent once, so no CPU tensor is ever combined with a
-    device tensor (a CPU mask applied to GPU scores raises).
-
-    Args:
-        rows: token ids per row, each at most ``width`` long.
-        width: the padded length.
-        pad_token_id: filler for the padding (never attended to).
-        device: where the tensors are created: the model's device.
-        side: ``"left"`` (prompts: the last token sits in the last column) or
-            ``"right"``.
-
-    Returns:
-        ``ids`` ``[R, width]`` (int64) and ``mask`` ``[R, width]`` (int64, 1 on real
-        tokens), both on ``device``.
-
-    Example:
-        >>> ids, mask = pad_rows([[5, 6], [7]], 3, 0, "cpu")
-        >>> ids.tolist(), mask.tolist()
-        ([[0, 5, 6], [0, 0, 7]], [[0, 1, 1], [0, 0, 1]])
-    """
-    if side not in ("left", "right"):
-        raise ValueError(f"side must be 'left' or 'right', got {side!r}")
-    ids, mask = [], []
-    for row in rows:
-        n = len(row)
-        if n > width:
-            raise ValueError(f"a row of {n} tokens does not fit in width {width}")
-        pad = [pad_token_id] * (width - n)
-        ids.append(pad + list(row) if side == "left" else list(row) + pad)
-        ones, zeros = [1] * n, [0] * (width - n)
-        mask.append(zeros + ones if side == "left" else ones + zeros)
-    return (
-        torch.tensor(ids, dtype=torch.long, device=device).reshape(len(rows), width),
-        torch.tensor(mask, dtype=torch.long, device=device).reshape(len(rows), width),
-    )
 
 
 def _generator(seed: int | None, device: torch.device) -> torch.Generator:
@@ -295,11 +262,17 @@ def generate(
     # the prompts are left-padded and one forward pass fills the KV cache.
     sharing = not need_prompt and all(r.share_prefix for r in requests)
     shared = shared_prefix_len(requests) if sharing else 0
-    counters.add("sampling_shared_prefills" if shared else "sampling_plain_prefills")
+    recalled = None
+    if sharing and not shared:
+        recalled = recall_prompt(decoder, requests, capacity)
+    path = "recalled" if recalled is not None else "shared" if shared else "plain"
+    counters.add(f"sampling_{path}_prefills")
     if shared:
-        prefill_logits, cache, mask, positions = _prefill_shared(
+        prefill_logits, cache, mask, positions = prefill_shared(
             decoder, requests, shared, width, capacity, pad_token_id
         )
+    elif recalled is not None:
+        prefill_logits, cache, mask, positions = recalled
     else:
         input_ids, mask = pad_rows(
             [r.prompt for r in requests], width, pad_token_id, device
@@ -308,6 +281,8 @@ def generate(
         prefill_logits, cache = decoder.prefill(
             input_ids, mask, positions, capacity, need_prompt
         )
+        if sharing and len(requests) == 1:  # the next prompt may start alike
+            decoder.remember(requests[0].prompt, cache)
     prompt_lp: list[tuple[list[float | None], list]] = []
     for i, r in enumerate(requests):
         if r.include_prompt_logprobs or r.topk_prompt_logprobs:
@@ -336,6 +311,12 @@ def generate(
     max_tokens = [int(r.params.max_tokens) for r in requests]
     longest = [max((len(s) for s in strs), default=0) for strs, _ in stops]
     active = list(range(len(rows)))  # rows still decoding, in batch order
+    # With packed products (decoder.prepare), a step costs less at the packed row
+    # count than at one row fewer: finished rows then stay in the batch, fed
+    # padding, their logits ignored. ``slots`` maps active rows to batch rows.
+    hold = decoder.prepare(len(rows), max(max_tokens) - 1)
+    counters.add("sampling_held_batches" if hold else "sampling_shrinking_batches")
+    slots: torch.Tensor | None = None  # None: the batch is the active rows
 
     # 3. Decode.
     vocab = logits.shape[-1]
@@ -384,12 +365,20 @@ def generate(
             break
         if len(keep) < len(active):
             sel = torch.tensor(keep, device=device)
-            decoder.select(cache, sel)
-            mask, pos, chosen = mask[sel], pos[sel], chosen[sel]
+            if hold:
+                slots, chosen = (sel if slots is None else slots[sel]), chosen[sel]
+            else:
+                decoder.select(cache, sel)
+                mask, pos, chosen = mask[sel], pos[sel], chosen[sel]
             active = [active[k] for k in keep]
-        mask = torch.cat([mask, mask.new_ones((len(active), 1))], dim=-1)
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
         pos = pos + 1
-        logits = decoder.step(chosen, mask, pos, cache).float()
+        if slots is None:
+            logits = decoder.step(chosen, mask, pos, cache).float()
+        else:
+            tokens = chosen.new_full((mask.shape[0],), pad_token_id)
+            tokens[slots] = chosen
+            logits = decoder.step(tokens, mask, pos, cache)[slots].float()
 
     # 4. Package.
     responses = []
@@ -420,64 +409,6 @@ def generate(
             )
         )
     return responses
-
-
-#: Fewest tokens every prompt of a batch must share before :func:`generate` runs
-#: them once (below this, one plain prefill costs about the same).
-MIN_SHARED_PREFIX = 16
-
-
-def shared_prefix_len(requests: Sequence[GenerationRequest]) -> int:
-    """Tokens at the start of every request's prompt, 0 when too few to be worth it.
-
-    Every prompt keeps at least one token of its own, whose logits start its
-    completion. One request alone shares nothing (its prompt is one prefill anyway).
-    """
-    if len(requests) < 2:
-        return 0
-    first = requests[0].prompt
-    n = min(len(r.prompt) - 1 for r in requests)
-    for r in requests[1:]:
-        n = min(n, common_prefix_len(first, r.prompt))
-    return n if n >= MIN_SHARED_PREFIX else 0
-
-
-def _prefill_shared(
-    decoder: Decoder,
-    requests: Sequence[GenerationRequest],
-    shared: int,
-    width: int,
-    capacity: int,
-    pad_token_id: int,
-) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
-    """Prefill ``shared`` common tokens once, then every prompt's own tokens.
-
-    The cache row of the prefix is repeated once per request, and the rest of each
-    prompt runs on top of it, left-padded to ``width - shared`` tokens, so each
-    row's last prompt token sits in the last column as in the plain path. The mask
-    is ``[prefix | padding | own tokens]``: padding in the middle is never attended
-    to, and positions count real tokens only, so each prompt sees exactly what a
-    plain prefill shows it. Returns the last column's logits ``[R, 1, V]``, the
-    cache, the attention mask ``[R, width]`` and the positions ``[R, width]``.
-    """
-    device = decoder.device
-    n_req = len(requests)
-    prefix = torch.tensor([requests[0].prompt[:shared]], device=device)
-    _, cache = decoder.prefill(
-        prefix,
-        torch.ones_like(prefix),
-        torch.arange(shared, device=device)[None],
-        capacity,
-        False,
-    )
-    decoder.select(cache, torch.zeros(n_req, dtype=torch.long, device=device))
-    rest = width - shared
-    own_tokens = [r.prompt[shared:] for r in requests]
-    ids, own = pad_rows(own_tokens, rest, pad_token_id, device)
-    mask = torch.cat([own.new_ones((n_req, shared)), own], dim=1)
-    positions = (mask.cumsum(-1) - 1).clamp(min=0)
-    logits = decoder.extend(ids, mask, positions[:, shared:], cache, last_only=True)
-    return logits, cache, mask, positions
 
 
 @torch.no_grad()
@@ -567,3 +498,7 @@ def _completion_text(
     text = tokenizer.decode(tokens, skip_special_tokens=False)
     cut = min((text.find(s) for s in strs if s in text), default=-1)
     return text[:cut] if cut >= 0 else text
+
+
+# Moved to grpo_helpers.local.prefill (issue 20); re-exported here for one release.
+from grpo_helpers.local.prefill import MIN_SHARED_PREFIX  # noqa: E402, F401
