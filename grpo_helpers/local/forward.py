@@ -32,7 +32,7 @@ from pytrio.types import Datum, ForwardBackwardOutput, TensorData
 
 from grpo_helpers.local import counters, losses, prefix
 from grpo_helpers.local.host import ModelHost
-from grpo_helpers.local.sampling import pad_rows
+from grpo_helpers.local.prefill import pad_rows
 
 __all__ = ["ForwardJob", "micro_batches", "prepare", "run_forward"]
 
