@@ -704,7 +704,7 @@ def test_packed_products_give_the_plain_products_numbers():
         for weight in dec.weights():
             x = torch.randn(rows, weight.shape[1], generator=gen)
             np.testing.assert_allclose(
-                dec._mm(x, weight), dec_mod._linear(x, weight), atol=1e-5
+                dec._mm(x, weight, True), dec_mod._linear(x, weight), atol=1e-5
             )
     # Not worth it: too few steps, one row, or more rows than PACKED_ROWS.
     assert not dec.prepare(4, steps=dec_mod.MIN_PACKED_STEPS - 1)
@@ -745,6 +745,18 @@ def test_held_rows_and_packed_products_sample_what_the_plain_loop_samples(
             np.testing.assert_allclose(la[:same], lb[:same], atol=1e-4)
             np.testing.assert_allclose(teacher_forced(tc, prompt, tb), lb, atol=1e-4)
     assert [len(t) for t, _ in held[0]] == [16] * 3  # each request's own length
+    # New weights at the same row count: packed again from them, not the old ones.
+    tc.forward_backward(grpo_batch("series", prompts=1), "importance_sampling")
+    tc.optim_step(trio.AdamParams(learning_rate=1e-2))
+    again, seen = uneven_batch(
+        tc.save_weights_and_get_sampling_client(), prompts, temperature=temperature
+    )
+    assert seen["sampling_held_batches"] == 1, seen
+    for prompt, group in zip(prompts, again, strict=True):
+        for tokens, logprobs in group:
+            np.testing.assert_allclose(
+                teacher_forced(tc, prompt, tokens), logprobs, atol=1e-4
+            )
 
 
 def _mkl_here():
@@ -789,3 +801,35 @@ def test_prompt_memory_samples_what_a_full_prefill_samples(
     tc.optim_step(trio.AdamParams(learning_rate=1e-2))
     _, seen = one_by_one(tc.save_weights_and_get_sampling_client())
     assert seen["sampling_recalled_prefills"] == 1, seen  # the first is new
+
+
+@pytest.mark.parametrize("temperature", [0.0, 1.0])
+def test_a_shared_start_from_memory_samples_what_the_plain_path_samples(
+    tmp_path, temperature
+):
+    """Batches that share a start run it once and remember it; the next batch on the
+    same weights takes it from memory, whole or in part (then runs the rest). Each
+    samples what a plain prefill samples, with logprobs equal to teacher forcing."""
+    svc = engine(tmp_path)
+    tc = perturbed_client(svc)
+    sampler = tc.save_weights_and_get_sampling_client()
+    plain_sampler = type(sampler)(sampler._host, sampler._snapshot, None, True, False)
+    gen = torch.Generator().manual_seed(8)
+    head, more = random_tokens(gen, 30), random_tokens(gen, 10)
+    batches = [  # start: nothing remembered, part of it remembered, all of it
+        [head + random_tokens(gen, n) for n in (2, 5)],
+        [head + more + random_tokens(gen, n) for n in (1, 4)],
+        [head + random_tokens(gen, n) for n in (3, 6)],
+    ]
+    for prompts, recalled in zip(batches, (0, 1, 1), strict=True):
+        with counters.counting() as seen:
+            shared = batched_samples(sampler, prompts, True, temperature=temperature)
+        assert seen["sampling_recalled_prefills"] == recalled, seen
+        plain = batched_samples(plain_sampler, prompts, False, temperature=temperature)
+        for prompt, a, b in zip(prompts, plain, shared, strict=True):
+            for (ta, la), (tb, lb) in zip(a, b, strict=True):
+                same = same_until_a_cdf_boundary(ta, tb, temperature)
+                np.testing.assert_allclose(la[:same], lb[:same], atol=1e-4)
+                np.testing.assert_allclose(
+                    teacher_forced(tc, prompt, tb), lb, atol=1e-4
+                )

@@ -18,8 +18,9 @@ Counters (one set per process, for every engine and model host together):
 ``sampling_shared_prefills``   sampling batches whose common prompt start was prefilled
                                once (``sampling.generate``)
 ``sampling_plain_prefills``    sampling batches prefilled as left-padded prompts
-``sampling_recalled_prefills`` one-prompt batches whose start came from the decoder's
-                               memory of an earlier prompt (``decoder.recall``)
+``sampling_recalled_prefills`` sampling batches whose prompt start (one prompt's, or
+                               the start all share) came from the decoder's memory of
+                               an earlier prompt (``decoder.recall``)
 ``sampling_held_batches``      sampling batches decoded with packed products, finished
                                rows kept in the batch (``decoder.prepare``)
 ``sampling_shrinking_batches`` sampling batches whose finished rows left the batch

@@ -17,6 +17,8 @@ drop or repeat rows of its key/value cache (*select*). Two decoders provide them
     than the ``transformers`` forward. The merged copy lives in one set of buffers per
     model (about the size of the model: 540 MB for SmolLM2 in float32); a sampler
     for other weights merges again into the same buffers (a fraction of a second).
+    Packed products (below) keep one more copy of that size while a batch size is
+    packed.
 
 Both compute the same function; the tests check that sampled logprobs match a
 teacher-forced forward pass of the unmerged adapter to 1e-4.
@@ -26,7 +28,7 @@ Two more shortcuts of the merged decoder, both checked against the plain loop by
 
 * **packed products** (:meth:`MergedLlamaDecoder.prepare`): on a CPU with MKL, a
   batch of 2-16 rows that may decode 16 steps or more has every weight re-laid
-  out once for that row count, which makes a SmolLM2 decoding step about 1.25x
+  out once for that row count, which made a SmolLM2 decoding step of 8 rows 1.29x
   faster with the same logits (``bench/packed_linear.py``);
 * **a prompt memory** (:meth:`~MergedLlamaDecoder.recall`): the keys and values of
   the last prompt, for the weights loaded, so that a prompt starting alike (the
@@ -115,8 +117,10 @@ class Decoder(Protocol):
         ...
 
     def recall(self, tokens: list[int], capacity: int) -> tuple[int, Any] | None:
-        """A one-row cache holding the longest start of ``tokens`` remembered for
-        the current weights, and its length (None: nothing remembered)."""
+        """``(n, cache)``: the first ``n`` tokens of ``tokens`` are those of the one
+        prompt remembered for the current weights, and ``cache`` (one row, room for
+        ``max(capacity, len(tokens))`` positions) holds their keys and values. None
+        when nothing is remembered for these weights or no token matches."""
         ...
 
     def remember(self, tokens: list[int], cache: Any) -> None:
@@ -182,7 +186,7 @@ class HFDecoder:
     def prepare(self, rows: int, steps: int) -> bool:
         return False  # rows leave the batch as they finish
 
-    def recall(self, tokens: list[int], capacity: int) -> None:
+    def recall(self, tokens: list[int], capacity: int) -> tuple[int, Any] | None:
         return None  # which adapter is active is the host's business, not ours
 
     def remember(self, tokens: list[int], cache: Any) -> None:
@@ -265,10 +269,13 @@ MERGED_DEVICE_TYPES = ("cpu", "cuda")
 
 #: MKL's packed products (:meth:`MergedLlamaDecoder.prepare`): a weight is re-laid out
 #: once for a fixed number of rows, and every product with that many rows then skips
-#: the re-layout BLAS does at each call. ``bench/packed_linear.py`` measures a
-#: SmolLM2 decoding step of 8 rows 1.29x faster, bit for bit the same logits, for
-#: about 250 ms of packing. Packed between these many rows (below 2, a product is
-#: a matrix-vector one; above 16 the gain is small) ...
+#: the re-layout BLAS does at each call. ``bench/packed_linear.py`` measured a
+#: SmolLM2 decoding step 1.43x faster at 2 rows, 1.29x at 8 and 1.12x at 16, with the
+#: same logits bit for bit, for about 250-300 ms of packing
+#: (``bench/results/packed_linear*-2026-12-03.txt``). Packed between these many rows:
+#: below 2 a product is a matrix-vector one; above 16 a step costs more with each row
+#: (32 rows: 1.4x the plain step of 16), so keeping finished rows in the batch would
+#: cost more than packing saves, and at 32 the logits no longer match bit for bit ...
 PACKED_ROWS = (2, 16)
 #: ... and only for a batch that may decode at least this many steps, so that the
 #: packing pays for itself (about ten steps of 8 rows do).
@@ -481,8 +488,14 @@ class MergedLlamaDecoder:
         tensors += [t for layer in self.layers for t in (layer.gate_up, layer.down)]
         return [*tensors, self.head]
 
+    def packed_nbytes(self) -> int:
+        """Bytes of the packed copies (:meth:`prepare`): about the merged copy's
+        size while a row count is packed, 0 otherwise."""
+        return sum(t.numel() * t.element_size() for t in self._packed.values())
+
     def nbytes(self) -> int:
-        """Bytes of the merged copy this decoder holds (not counting packed copies)."""
+        """Bytes of the merged copy this decoder holds (packed copies: see
+        :meth:`packed_nbytes`)."""
         tensors = self.weights()[:-1]
         if self._head_buffer is not None:
             tensors.append(self._head_buffer)
@@ -506,6 +519,10 @@ class MergedLlamaDecoder:
 
     @torch.no_grad()
     def _fill(self, snapshot: Any | None) -> None:
+        # Forget the weights in the buffers first: a merge that fails half-way
+        # leaves buffers that no id, packed copy or remembered prompt describes.
+        self.loaded, self._memo = None, None
+        self._packed, self._packed_rows = {}, 0
         deltas = _deltas(snapshot) if snapshot is not None else {}
         unknown = [m for m in deltas if m != "lm_head" and not _LAYER_MODULE.match(m)]
         if unknown:
@@ -545,8 +562,6 @@ class MergedLlamaDecoder:
         else:
             self.head = self._base_head
         self.loaded = "base" if snapshot is None else snapshot.id
-        self._packed, self._packed_rows = {}, 0  # packed copies of other weights
-        self._memo = None
 
     def prepare(self, rows: int, steps: int) -> bool:
         """Pack the weights for decoding steps of ``rows`` rows, when that pays.
@@ -621,8 +636,8 @@ class MergedLlamaDecoder:
         # An additive mask over the keys (-inf on left padding), None without any;
         # built where the scores are (a CPU mask on CUDA scores raises).
         mask = key_mask(attention_mask.to(self.device), self.embed.dtype)
-        hidden = self._forward(tokens[:, None], positions[:, None], cache, mask)
-        return self._mm(self._norm(hidden[:, -1], self.final_norm), self.head)
+        hidden = self._forward(tokens[:, None], positions[:, None], cache, mask, True)
+        return self._mm(self._norm(hidden[:, -1], self.final_norm), self.head, True)
 
     def select(self, cache: KVCache, rows: torch.Tensor) -> None:
         cache.keys = [k.index_select(0, rows) for k in cache.keys]
@@ -653,13 +668,17 @@ class MergedLlamaDecoder:
             hidden = hidden[:, -1:]
         return self._mm(self._norm(hidden, self.final_norm), self.head)
 
-    def _mm(self, x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
-        """``x @ weight.T``: packed when ``x`` has the packed row count, else
-        :func:`_linear` (on SmolLM2's weights the two gave the same bits at 8 rows,
-        ``bench/packed_linear.py``)."""
+    def _mm(
+        self, x: torch.Tensor, weight: torch.Tensor, step: bool = False
+    ) -> torch.Tensor:
+        """``x @ weight.T``: packed in a decoding ``step`` whose rows are the packed
+        row count (and :attr:`packing` on), else :func:`_linear` (on SmolLM2's weights
+        the two gave the same bits at 2-16 rows, ``bench/packed_linear.py``)."""
         flat = x.reshape(-1, x.shape[-1])
         rows = flat.shape[0]
-        packed = self._packed.get(id(weight)) if rows == self._packed_rows else None
+        packed = None
+        if step and self.packing and rows == self._packed_rows:
+            packed = self._packed.get(id(weight))
         if packed is None:
             return _linear(x, weight)
         out = torch.ops.mkl._mkl_linear(flat.contiguous(), packed, weight, None, rows)
@@ -674,8 +693,10 @@ class MergedLlamaDecoder:
         positions: torch.Tensor,
         cache: KVCache,
         mask: torch.Tensor | None,
+        step: bool = False,
     ) -> torch.Tensor:
         """Hidden states ``[B, S, hidden]`` before the final norm; fills the cache.
+        ``step``: a decoding step (its products may run packed, see :meth:`prepare`).
 
         ``mask``: for a prompt (S > 1), which keys each query sees ([B, 1, S, S],
         boolean); for one new token, an additive mask over the keys ([B, 1, 1, L])
@@ -689,7 +710,8 @@ class MergedLlamaDecoder:
         start, end = cache.length, cache.length + seq
         for i, layer in enumerate(self.layers):
             x = self._norm(hidden, layer.norm1)
-            q, k, v = self._mm(x, layer.qkv).split([h * d, kv * d, kv * d], dim=-1)
+            qkv = self._mm(x, layer.qkv, step)
+            q, k, v = qkv.split([h * d, kv * d, kv * d], dim=-1)
             q = _rope(q.reshape(batch, seq, h, d).transpose(1, 2), cos, sin)
             k = _rope(k.reshape(batch, seq, kv, d).transpose(1, 2), cos, sin)
             keys, values = cache.keys[i], cache.values[i]
@@ -711,12 +733,12 @@ class MergedLlamaDecoder:
                     q, keys, values, attn_mask=mask, scale=self.scale, enable_gqa=True
                 )
                 attn = attn.transpose(1, 2).reshape(batch, seq, h * d)
-            hidden = hidden + self._mm(attn, layer.o)
+            hidden = hidden + self._mm(attn, layer.o, step)
             x = self._norm(hidden, layer.norm2)
-            gate, up = self._mm(x, layer.gate_up).split(
+            gate, up = self._mm(x, layer.gate_up, step).split(
                 [self.intermediate, self.intermediate], dim=-1
             )
-            hidden = hidden + self._mm(F.silu(gate) * up, layer.down)
+            hidden = hidden + self._mm(F.silu(gate) * up, layer.down, step)
         cache.length = end
         return hidden
 

@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 
+from grpo_helpers.local import counters
 from grpo_helpers.local.decoder import Decoder
 from grpo_helpers.local.prefix import common_prefix_len
 
@@ -161,7 +162,9 @@ def prefill_shared(
             capacity,
             False,
         )
-    elif n < shared:
+    else:
+        counters.add("sampling_recalled_prefills")
+    if n and n < shared:  # the memory held part of the start: run the rest
         decoder.extend(
             torch.tensor([head[n:]], device=device),
             torch.ones((1, shared), dtype=torch.long, device=device),

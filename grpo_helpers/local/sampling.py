@@ -20,8 +20,10 @@ an inference server does, in about two hundred lines:
    text contains a stop string, or after ``max_tokens``. Finished rows leave the batch
    (their cache rows are dropped) so long completions do not pay for short ones;
    except where the decoder runs MKL's packed products for the batch's row count
-   (``decoder.prepare``, a small batch on a CPU): a step at that count costs less
-   than one at a row fewer, so finished rows stay, fed padding, their logits unread.
+   (``decoder.prepare``, a batch of 2-16 rows on a CPU): a step at that count costs
+   less than an unpacked one at a row fewer, so finished rows stay, fed padding,
+   their logits unread, until the last row ends. Batches are packed up to 16 rows
+   only, where a step's cost grows little with its rows.
 
 The sync loop samples one prompt at a time, and the prompts of a step start with the
 same few-shot tokens: the decoder remembers the last prompt's keys and values for
