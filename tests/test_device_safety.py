@@ -29,6 +29,7 @@ from grpo_helpers.local.decoder import (
     MergedLlamaDecoder,
     choose_sampler,
     key_mask,
+    packing_available,
 )
 from grpo_helpers.local.models import load_model
 from grpo_helpers.local.prefill import pad_rows
@@ -221,7 +222,7 @@ def test_sampling_creates_no_tensor_off_the_model_device(tmp_path, merged):
     batches["shared-prefix scoring"] = scored
     # the path each batch must take (the engine's counters say which ran)
     shrinking = {"sampling_shrinking_batches": 1}
-    packed = merged and _mkl_here()
+    packed = merged and packing_available(torch.device("cpu"), torch.float32)
     paths = {
         "padded": {"sampling_plain_prefills": 1, **shrinking},
         "shared prefix": {"sampling_shared_prefills": 1, **shrinking},
@@ -253,12 +254,6 @@ def test_sampling_creates_no_tensor_off_the_model_device(tmp_path, merged):
                 )
             assert len(out) == len(requests), name
             assert {k: v for k, v in seen.items() if v} == paths[name], name
-
-
-def _mkl_here():
-    from grpo_helpers.local.decoder import packing_available
-
-    return packing_available(torch.device("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("shared", [True, False])

@@ -24,7 +24,7 @@ import torch
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.engines import connect
 from grpo_helpers.local import counters, prefix
-from grpo_helpers.local.decoder import MergedLlamaDecoder
+from grpo_helpers.local.decoder import MergedLlamaDecoder, packing_available
 
 MODEL = "tiny-random"
 LOSSES = ["cross_entropy", "importance_sampling", "ppo", "cispo"]
@@ -730,7 +730,7 @@ def test_held_rows_and_packed_products_sample_what_the_plain_loop_samples(
     )
     plain, seen = uneven_batch(sampler, prompts, temperature=temperature)
     assert seen["sampling_shrinking_batches"] == 1, seen
-    packing_on = _mkl_here()
+    packing_on = packing_available(torch.device("cpu"), torch.float32)
     if packing_on:
         decoder.packing = True
     else:  # no MKL: keep the rows in the batch all the same, on plain products
@@ -757,12 +757,6 @@ def test_held_rows_and_packed_products_sample_what_the_plain_loop_samples(
             np.testing.assert_allclose(
                 teacher_forced(tc, prompt, tokens), logprobs, atol=1e-4
             )
-
-
-def _mkl_here():
-    from grpo_helpers.local.decoder import packing_available
-
-    return packing_available(torch.device("cpu"), torch.float32)
 
 
 @pytest.mark.parametrize("temperature", [0.0, 1.0])

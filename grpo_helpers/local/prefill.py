@@ -113,17 +113,44 @@ def recall_prompt(
     if len(requests) != 1:
         return None
     prompt = requests[0].prompt
-    hit = decoder.recall(prompt[:-1], capacity)  # keep a token to run
+    found = start_from_memory(decoder, prompt, capacity, run_last=True)
+    if found is None:
+        return None
+    logits, cache = found
+    device = decoder.device
+    mask = torch.ones((1, len(prompt)), dtype=torch.long, device=device)
+    positions = torch.arange(len(prompt), device=device)[None]
+    return logits, cache, mask, positions
+
+
+def start_from_memory(
+    decoder: Decoder, tokens: list[int], capacity: int, run_last: bool
+) -> tuple[torch.Tensor | None, Any] | None:
+    """A one-row cache holding ``tokens``, started from the decoder's memory.
+
+    The remembered start (:meth:`~grpo_helpers.local.decoder.Decoder.recall`) is
+    copied, the rest of ``tokens`` runs on top of it, and ``tokens`` become what the
+    decoder remembers. ``run_last``: the last token always runs, so that its logits
+    start a completion. Returns the last token's logits (``[1, 1, V]``, None when
+    nothing ran) and the cache; None when the memory holds fewer than
+    :data:`MIN_SHARED_PREFIX` of the tokens.
+    """
+    hit = decoder.recall(tokens[:-1] if run_last else tokens, capacity)
     if hit is None or hit[0] < MIN_SHARED_PREFIX:
         return None
     n, cache = hit
-    device = decoder.device
-    ids = torch.tensor([prompt[n:]], device=device)
-    mask = torch.ones((1, len(prompt)), dtype=torch.long, device=device)
-    positions = torch.arange(len(prompt), device=device)[None]
-    logits = decoder.extend(ids, mask, positions[:, n:], cache, last_only=True)
-    decoder.remember(prompt, cache)
-    return logits, cache, mask, positions
+    logits = None
+    if n < len(tokens):
+        device = decoder.device
+        logits = decoder.extend(
+            torch.tensor([tokens[n:]], device=device),
+            torch.ones((1, len(tokens)), dtype=torch.long, device=device),
+            torch.arange(n, len(tokens), device=device)[None],
+            cache,
+            last_only=True,
+        )
+    decoder.remember(tokens, cache)
+    return logits, cache
 
 
 def prefill_shared(
@@ -151,9 +178,12 @@ def prefill_shared(
     device = decoder.device
     n_req = len(requests)
     head = requests[0].prompt[:shared]
-    hit = decoder.recall(head, capacity)  # the same start, run for an earlier batch
-    n, cache = hit if hit is not None and hit[0] >= MIN_SHARED_PREFIX else (0, None)
-    if cache is None:
+    # the same start, run for an earlier batch on these weights
+    found = start_from_memory(decoder, head, capacity, run_last=False)
+    if found is not None:
+        counters.add("sampling_recalled_prefills")
+        cache = found[1]
+    else:
         prefix = torch.tensor([head], device=device)
         _, cache = decoder.prefill(
             prefix,
@@ -162,17 +192,7 @@ def prefill_shared(
             capacity,
             False,
         )
-    else:
-        counters.add("sampling_recalled_prefills")
-    if n and n < shared:  # the memory held part of the start: run the rest
-        decoder.extend(
-            torch.tensor([head[n:]], device=device),
-            torch.ones((1, shared), dtype=torch.long, device=device),
-            torch.arange(n, shared, device=device)[None],
-            cache,
-            last_only=True,
-        )
-    decoder.remember(head, cache)
+        decoder.remember(head, cache)
     decoder.select(cache, torch.zeros(n_req, dtype=torch.long, device=device))
     rest = width - shared
     own_tokens = [r.prompt[shared:] for r in requests]
@@ -189,4 +209,5 @@ __all__ = [
     "prefill_shared",
     "recall_prompt",
     "shared_prefix_len",
+    "start_from_memory",
 ]
