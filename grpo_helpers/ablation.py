@@ -227,6 +227,7 @@ def run_variant(
         "seconds": round(time.time() - started, 1),
         "hardware": reference.hardware(),
         "versions": reference.versions(),
+        "provenance": reference.provenance(config.base_model),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if out_dir is not None:

@@ -33,10 +33,14 @@ Introduced in: 05_sync_training_loop.ipynb
 from __future__ import annotations
 
 import datetime as _dt
+import functools
+import hashlib
 import importlib.metadata
 import json
 import os
 import platform
+import re
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,6 +213,106 @@ def versions() -> dict[str, str]:
     return out
 
 
+def commit() -> dict[str, Any]:
+    """The project's git commit and whether tracked files differ from it.
+
+    ``{"commit": "unknown", "dirty": None}`` outside a git checkout.
+    """
+    root = SETTINGS.project_root
+
+    def git(*args: str) -> str:
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True, check=True
+        ).stdout.strip()
+
+    try:
+        head = git("rev-parse", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return {"commit": "unknown", "dirty": None}
+    return {"commit": head, "dirty": dirty}
+
+
+@functools.lru_cache(maxsize=8)
+def file_sha256(path: str) -> str:
+    """The SHA-256 of a file, read in 1 MiB blocks (cached per path)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def numeric_path() -> dict[str, Any]:
+    """What decides the floating-point path of a run on this machine, as far as
+    torch reports it: the CPU, torch's vector kernels and BLAS, the thread count,
+    and the local engine's fast paths (MKL packed products, the prompt memory).
+
+    Two runs with the same settings and seed give the same numbers only where
+    these agree (``docs/results.md``, "Why one configuration gave two results").
+    """
+    out: dict[str, Any] = {"machine": platform.machine()}
+    try:
+        with open("/proc/cpuinfo") as handle:
+            names = [ln.split(":", 1)[1].strip() for ln in handle if "model name" in ln]
+        out["cpu"] = names[0] if names else platform.processor()
+    except OSError:
+        out["cpu"] = platform.processor()
+    try:
+        import torch
+    except ImportError:
+        return out
+    config = torch.__config__.show()
+    blas = re.search(r"BLAS_INFO=(\w+)", config)
+    out.update(
+        {
+            "torch_threads": torch.get_num_threads(),
+            "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "blas": blas.group(1) if blas else "unknown",
+            "mkl": torch.backends.mkl.is_available(),
+            "mkldnn": torch.backends.mkldnn.is_available(),
+        }
+    )
+    try:
+        from grpo_helpers.local import decoder, prefill
+    except ImportError:
+        return out
+    packing = decoder.packing_available(torch.device("cpu"), torch.float32)
+    out["packed_products"] = list(decoder.PACKED_ROWS) if packing else False
+    out["packed_min_steps"] = decoder.MIN_PACKED_STEPS
+    out["shared_prefix_min_tokens"] = prefill.MIN_SHARED_PREFIX
+    return out
+
+
+def model_file(base_model: str) -> dict[str, Any]:
+    """Which file a base model name loads on the local engine, and its SHA-256.
+
+    ``{"model": name, "kind": "gguf", "file": "SmolLM2-...gguf", "sha256": ...}``;
+    a model with no single file (tiny-random, a hub id) has no hash.
+    """
+    try:
+        from grpo_helpers.local.models import resolve_model
+
+        source = resolve_model(base_model)
+    except (ImportError, OSError, ValueError) as err:
+        return {"model": base_model, "kind": "unresolved", "error": str(err)}
+    out: dict[str, Any] = {"model": source.name, "kind": source.kind}
+    location = Path(source.location)
+    if source.kind == "gguf" and location.is_file():
+        out["file"] = location.name
+        out["sha256"] = file_sha256(str(location))
+    return out
+
+
+def provenance(base_model: str | None = None) -> dict[str, Any]:
+    """What a reproduction needs beyond the settings: the commit, the numeric path
+    (:func:`numeric_path`) and, given a base model, its file and hash."""
+    out = {**commit(), "numeric": numeric_path()}
+    if base_model is not None:
+        out["model_file"] = model_file(base_model)
+    return out
+
+
 def relative_paths(value: Any) -> Any:
     """Paths under the project become relative; ``local://`` URIs lose the root.
 
@@ -283,6 +387,7 @@ def write_run(
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "hardware": hardware(),
         "versions": versions(),
+        "provenance": provenance(settings.get("base_model")),
         "settings": relative_paths(dict(settings)),
         "summary": summarize_records(base, trained),
         "evals": {name: eval_file(name) for name in evals or {}},
@@ -423,9 +528,14 @@ __all__ = [
     "REFERENCE_DIR",
     "RecordedRun",
     "check_run",
+    "commit",
     "eval_file",
+    "file_sha256",
     "hardware",
     "load_run",
+    "model_file",
+    "numeric_path",
+    "provenance",
     "relative_paths",
     "runs_table",
     "summarize_records",
