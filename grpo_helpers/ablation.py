@@ -40,7 +40,7 @@ ABLATION_DIR = reference.REFERENCE_DIR / "ablation"
 #: visibly below the baseline's (notebook 08 plots both).
 KL_BETA = 0.2
 #: The reward the reward variant trains on instead of the baseline's.
-OTHER_REWARD = "binary" if presets.NOTEBOOK["reward"] != "binary" else "right_answer"
+OTHER_REWARD = "binary" if presets.NOTEBOOK["reward"] != "binary" else "shaped"
 
 #: Each variant changes the baseline in one place (GRPOConfig fields).
 VARIANTS: dict[str, dict[str, Any]] = {

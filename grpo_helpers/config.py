@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.advantages import ADVANTAGE_SCALES, NORMALIZATIONS
-from grpo_helpers.rewards import REWARD_FUNCTIONS
+from grpo_helpers.rewards import EARLIER_REWARDS, REWARD_FUNCTIONS
 
 _TRUE = {"1", "true", "yes", "on"}
 
@@ -151,6 +151,8 @@ DEFAULT_BASE_MODELS = {
 }
 BACKENDS = tuple(DEFAULT_BASE_MODELS)
 REWARDS = tuple(REWARD_FUNCTIONS)  # the names a run can choose
+#: ... and those of earlier recorded runs, accepted so that they can run again
+EARLIER = tuple(EARLIER_REWARDS)
 LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 DATASETS = ("gsm8k", "arithmetic")
 #: The splits a run can load: train on ``train``; choose settings on ``validation``
@@ -249,7 +251,7 @@ class GRPOConfig:
                 f"beta1 and beta2 must be in [0, 1), got {self.beta1}, {self.beta2}",
             ),
             (
-                self.reward in REWARDS,
+                self.reward in REWARDS + EARLIER,
                 f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}",
             ),
             (

@@ -45,11 +45,10 @@ NOTEBOOK: dict[str, Any] = {
     "temperature": 0.6,
     "lora_rank": 16,
     "learning_rate": 3e-4,
-    # a boxed right answer pays only as the written result of a calculation (labels
-    # in brackets read), never as a bare guess: the binary reward stalled on paid
-    # guesses on 3 of 15 final seeds; worked_v2 learned on 6 of 6 unseen final seeds
-    # (bench/results/worked-v2/README.md, the rule committed before the runs)
-    "reward": "worked_v2",
+    # a boxed right answer pays only as the written result of a calculation shown
+    # in the completion, never as a bare guess (rewards.shown_work_reward; the
+    # choice and its evidence: docs/results.md)
+    "reward": "shown_work",
 }
 
 #: How a run is scored: greedy, on the first 100 questions of the final test split

@@ -5,21 +5,23 @@ GRPO needs a number for every completion. On GSM8K that number comes from a
 ``\boxed{...}``; we take the last boxed answer, parse it as a number and compare it
 with the gold answer that follows ``####`` in the dataset.
 
-Five reward functions are offered:
+The series teaches three rewards (:data:`REWARD_FUNCTIONS`):
 
 * :func:`grade_answer` (``"binary"``): 1.0 when the boxed answer equals the gold
   answer, else 0.0. This is the demo scripts' reward, with a sturdier parser.
 * :func:`shaped_reward` (``"shaped"``): the article's train.py reward, which also pays
-  a little for an unboxed correct answer, for a near miss and for using the box.
-* :func:`right_answer_reward` (``"right_answer"``): only a right answer pays, 1.0
-  boxed and 0.5 unboxed.
-* :func:`worked_reward` (``"worked"``): 1.0 only for a boxed right answer that is
-  the written result of a calculation in the completion (``3 + 4 = 7 ...
-  \boxed{7}``), so a lucky bare guess (``\boxed{7}`` alone) earns 0
-  (:func:`computes`).
-* :func:`worked_v2_reward` (``"worked_v2"``): ``worked``, reading also a label in
-  brackets after a number (``5 (Monday) + 7 (Tuesday) = 12``;
-  :data:`LABELLED_EXPRESSION`), a form ``worked`` left unpaid.
+  a little for an unboxed correct answer, for a near miss and for using the box:
+  the one a run can game (notebook 02).
+* :func:`shown_work_reward` (``"shown_work"``, notebook 05's default): 1.0 only for
+  a boxed right answer that is the written result of a calculation shown in the
+  completion (``3 + 4 = 7 ... \boxed{7}``, or ``5 (Monday) + 7 (Tuesday) = 12``),
+  so a lucky bare guess (``\boxed{7}`` alone) earns 0 (:func:`computes`).
+
+Earlier recorded runs used three more names (:data:`EARLIER_REWARDS`), still
+accepted so that those runs can be read and run again: ``"worked_v2"`` is
+``"shown_work"`` under its old name, ``"worked"`` its first version (no labels in
+brackets) and ``"right_answer"`` pays 1.0 boxed and 0.5 unboxed. ``docs/results.md``
+says what each run used.
 
 Nothing here ever evaluates model text: numbers are parsed with a small grammar and
 ``fractions.Fraction``, and every scan is linear in the length of the text.
@@ -40,9 +42,11 @@ __all__ = [
     "DEMO_BOXED_REGEX",
     "EXPRESSION",
     "LABELLED_EXPRESSION",
+    "EARLIER_REWARDS",
     "REWARD_FUNCTIONS",
     "UNBOXED_RIGHT_CREDIT",
     "answers_match",
+    "canonical_reward",
     "computes",
     "extract_boxed",
     "extract_boxed_demo",
@@ -54,8 +58,8 @@ __all__ = [
     "read_answer",
     "right_answer_reward",
     "shaped_reward",
+    "shown_work_reward",
     "worked_reward",
-    "worked_v2_reward",
 ]
 
 RewardFn = Callable[[str, str], float]
@@ -417,15 +421,12 @@ UNBOXED_RIGHT_CREDIT = 0.5
 
 
 def right_answer_reward(response: str, ground_truth: str) -> float:
-    r"""Pay only for a right answer: 1.0 in a box, 0.5 without one, else 0.
+    r"""Pay only for a right answer: 1.0 in a box, 0.5 without one, else 0 (an
+    earlier recorded run's ``"right_answer"``).
 
     The answer is read as lenient grading reads it: the last boxed answer, or the
-    last number when nothing is boxed. Unlike :func:`shaped_reward` there is no
-    credit for a near miss and none for a box around a wrong answer, so a wrong
-    boxed guess earns nothing (notebook 02's gaming), and the box still doubles a
-    right answer's reward. Groups are degenerate more often than under the shaped
-    reward (all wrong), less often than under the binary one for a model that often
-    forgets the box.
+    last number when nothing is boxed. There is no credit for a near miss and none
+    for a box around a wrong answer.
 
     Args:
         response: a model completion.
@@ -433,8 +434,6 @@ def right_answer_reward(response: str, ground_truth: str) -> float:
 
     Returns:
         1.0, 0.5 or 0.0.
-
-    Introduced in: 02_reward_design.ipynb
 
     Example:
         >>> right_answer_reward(r"so \boxed{72}", "72"), right_answer_reward("72", "72")
@@ -484,33 +483,15 @@ def computes(
 
 
 def worked_reward(response: str, ground_truth: str) -> float:
-    r"""Pay only a worked right answer: 1.0 for a boxed right answer that is the
-    written result of a calculation in the completion, else 0.0.
-
-    The binary reward pays a bare ``\boxed{7}`` as much as a worked answer when 7
-    happens to be right. In a group where nothing else is right, that lucky guess
-    gets the largest advantage, and two of notebook 05's seeds learned to box a bare
-    guess (``bench/results/stall-resume/README.md``). Here a right answer pays only
-    when :func:`computes` finds a calculation whose written result it is (its
-    arithmetic is not checked). The calculations of the series' worked example
-    (``prompts.FEWSHOT_PREFIX``, which holds none) never count; a run prompted with
-    another example would need :func:`computes` with that example.
-
-    Args:
-        response: a model completion.
-        ground_truth: the gold answer (text after ``####``).
-
-    Returns:
-        1.0 or 0.0.
-
-    Introduced in: 02_reward_design.ipynb
+    r"""The first version of :func:`shown_work_reward` (an earlier recorded run's
+    ``"worked"``): it reads a calculation only as ``a op b = c`` with at most one
+    word after a number, so a labelled one (``5 (Monday) + 7 (Tuesday) = 12``)
+    goes unpaid.
 
     Example:
         >>> worked_reward(r"3 + 4 = 7 apples. \boxed{7}", "7")
         1.0
-        >>> worked_reward(r"\boxed{7}", "7")  # a right guess, with no working
-        0.0
-        >>> worked_reward(r"3 + 4 = 7. \boxed{8}", "7")
+        >>> worked_reward(r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12")
         0.0
     """
     answer = extract_boxed(response)
@@ -519,18 +500,20 @@ def worked_reward(response: str, ground_truth: str) -> float:
     return 1.0 if computes(response, answer) else 0.0
 
 
-def worked_v2_reward(response: str, ground_truth: str) -> float:
-    r""":func:`worked_reward`, reading also a label in brackets after a number.
+def shown_work_reward(response: str, ground_truth: str) -> float:
+    r"""Pay only a right answer whose calculation is shown: 1.0 for a boxed right
+    answer that is the written result of a calculation in the completion, else 0.0.
 
-    ``worked`` reads a calculation only as ``a op b = c`` with at most one word
-    after a number, so it left unpaid right answers such as ``5 (Monday) + 7
-    (Tuesday) = 12 ... \boxed{12}``: on one final seed such answers were 3 of the
-    12 right ones, and the run fell short
-    (``bench/results/worked-final/README.md``). This version reads them
-    (:data:`LABELLED_EXPRESSION`) and pays every answer ``worked`` pays; a bare
-    guess still earns 0. Like ``worked`` it misses the second link of a chain
-    (``5 (a) + 3 = 3 (b) + 4 = 7``), since matches do not overlap. Its pilots:
-    ``bench/results/worked-v2/README.md``.
+    The binary reward pays a bare ``\boxed{7}`` as much as a worked answer when 7
+    happens to be right; in a group where nothing else is right, that lucky guess
+    gets the largest advantage, and a run can learn to box guesses (notebook 02,
+    section 6). Here a right answer pays only when :func:`computes` finds a
+    calculation ``a op b = c`` whose written result ``c`` it is, reading also a
+    label in brackets after a number (``5 (Monday) + 7 (Tuesday) = 12``,
+    :data:`LABELLED_EXPRESSION`). The arithmetic of the calculation is not checked,
+    and the calculations of the prompt's worked example never count. Matches do
+    not overlap, so the second link of a chain (``5 (a) + 3 = 3 (b) + 4 = 7``) is
+    not read.
 
     Args:
         response: a model completion.
@@ -542,39 +525,61 @@ def worked_v2_reward(response: str, ground_truth: str) -> float:
     Introduced in: 02_reward_design.ipynb
 
     Example:
-        >>> worked_v2_reward(r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12")
+        >>> shown_work_reward(r"3 + 4 = 7 apples. \boxed{7}", "7")
         1.0
-        >>> worked_reward(r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12")
+        >>> shown_work_reward(r"5 (Monday) + 7 (Tuesday) = 12. \boxed{12}", "12")
+        1.0
+        >>> shown_work_reward(r"\boxed{12}", "12")  # a right guess, with no working
         0.0
-        >>> worked_v2_reward(r"\boxed{12}", "12")  # a right guess, with no working
+        >>> shown_work_reward(r"3 + 4 = 7. \boxed{8}", "7")
         0.0
     """
     answer = extract_boxed(response)
     if not answers_match(answer, ground_truth):
         return 0.0
     # either reading: a labelled match can swallow the start of a plain one
-    worked = computes(response, answer) or computes(
+    shown = computes(response, answer) or computes(
         response, answer, pattern=LABELLED_EXPRESSION
     )
-    return 1.0 if worked else 0.0
+    return 1.0 if shown else 0.0
 
 
-#: Reward functions by name, as a run configuration names them.
+#: The rewards the series teaches, by name, as a run configuration names them.
 REWARD_FUNCTIONS: dict[str, RewardFn] = {
     "binary": grade_answer,
     "shaped": shaped_reward,
+    "shown_work": shown_work_reward,
+}
+#: Names that earlier recorded runs used (``docs/results.md``), still accepted so
+#: that those runs can be read and run again. ``"worked_v2"`` is ``"shown_work"``.
+EARLIER_REWARDS: dict[str, RewardFn] = {
     "right_answer": right_answer_reward,
     "worked": worked_reward,
-    "worked_v2": worked_v2_reward,
+    "worked_v2": shown_work_reward,
 }
+
+
+def canonical_reward(name: str) -> str:
+    """The taught name of a reward: an earlier name of the same function becomes
+    its taught name (``"worked_v2"`` gives ``"shown_work"``); others are unchanged.
+
+    Example:
+        >>> canonical_reward("worked_v2"), canonical_reward("worked")
+        ('shown_work', 'worked')
+    """
+    fn = EARLIER_REWARDS.get(name)
+    for taught, other in REWARD_FUNCTIONS.items():
+        if other is fn:
+            return taught
+    return name
 
 
 def get_reward_fn(name: str) -> RewardFn:
     """Look up a reward function by name.
 
     Args:
-        name: a key of ``REWARD_FUNCTIONS`` (``"binary"``, ``"shaped"``,
-            ``"right_answer"``, ``"worked"`` or ``"worked_v2"``).
+        name: a key of :data:`REWARD_FUNCTIONS` (``"binary"``, ``"shaped"`` or
+            ``"shown_work"``) or of :data:`EARLIER_REWARDS`.
 
     Returns:
         ``reward_fn(response, ground_truth) -> float``.
@@ -588,10 +593,13 @@ def get_reward_fn(name: str) -> RewardFn:
         >>> get_reward_fn("binary") is grade_answer
         True
     """
-    try:
-        return REWARD_FUNCTIONS[name]
-    except (KeyError, TypeError):
+    found = REWARD_FUNCTIONS.get(name) if isinstance(name, str) else None
+    found = found or (EARLIER_REWARDS.get(name) if isinstance(name, str) else None)
+    if found is None:
         valid = ", ".join(repr(key) for key in REWARD_FUNCTIONS)
+        earlier = ", ".join(repr(key) for key in EARLIER_REWARDS)
         raise ValueError(
-            f"Unknown reward function {name!r}; valid names: {valid}"
-        ) from None
+            f"Unknown reward function {name!r}; valid names: {valid} (and, for "
+            f"earlier recorded runs, {earlier})"
+        )
+    return found

@@ -291,11 +291,14 @@ STALLED_BARE = "72.5% and 92.5%"
 LEARNED_BARE = "2.5%"
 #: Seeds 2 and 9 again from scratch with ``group_size = 16`` (validation split).
 GROUP16_GAINS = "9% -> 64% and 4% -> 37%"
-#: Seeds 2 and 9 again from scratch with ``reward = "worked_v2"``, notebook 05's
-#: default since it learned on six unseen final seeds (validation split).
+#: Seeds 2 and 9 again from scratch with ``shown_work`` (recorded as ``worked_v2``,
+#: validation split).
 WORKED_GAINS = "9% -> 55% and 4% -> 41%"
+#: Seeds 2 and 9 resumed from 30 to 40 steps: exact on test questions at step 30 ->
+#: step 40.
+RESUMED_GAINS = "4% -> 2% and 9% -> 9%"
 #: The rewards that pay no bare guess: a run on one of them is not told to switch.
-GUESS_PROOF_REWARDS = ("worked", "worked_v2")
+GUESS_PROOF_REWARDS = ("shown_work", "worked", "worked_v2")
 
 
 def stall(
@@ -307,29 +310,18 @@ def stall(
 
     It speaks when fewer than half of a run's steps made an update, and at most half
     of its last :data:`STALL_STEPS` did: its groups were mostly degenerate all along.
-    On the recorded binary runs of notebook 05's settings and its ablation it speaks
-    for every run whose held-out exact accuracy gained under 5 points (seed 2 of three
-    ablation variants, final seed 9), and for one run that learned: final seed 10
-    (+25 points) updated on 12 of 30 steps, as seed 9 (+3) did. The update count
-    cannot tell a stall from a late take-off, so the paragraph says "may" and sends
-    the learner to notebook 07. History: a first rule (also a training accuracy under
-    10% in the last steps) missed seed 9; this one, set after seed 9, met seeds 10
-    and 11, run after it, with that one false alarm (``tests/test_training.py``).
-
-    With ``samples`` it also gives the share of bare boxes (:func:`bare_boxes`) in
-    the last steps: what the two recorded stalls had settled on, and no run that
-    learned (a description of those runs, not part of the rule). Its advice is
-    measured on those two seeds: ten more steps did not rescue them
-    (``bench/results/stall-resume/``); starting again with 16 completions per prompt
-    did (``bench/results/stall-group16/``), and so did starting again with the
-    ``worked_v2`` reward, which pays no bare guess (``bench/results/worked-v2/``;
-    notebook 05's default since). The recorded stalls all trained on ``binary``.
+    An update count cannot tell a stall from a late take-off, so the paragraph says
+    "may" and sends the learner to the evaluation notebook. With ``samples`` it also
+    gives the share of bare boxes (:func:`bare_boxes`) in the last steps. Its advice
+    quotes recorded runs (:data:`STALLED_BARE`, :data:`RESUMED_GAINS`,
+    :data:`GROUP16_GAINS`, :data:`WORKED_GAINS`); how the rule was set, and on which
+    runs it speaks, is in ``docs/results.md``.
 
     Args:
         metrics: one run's ``metrics.jsonl`` as a DataFrame, one row per step.
         samples: the same run's ``samples.jsonl`` (:func:`load_samples`), or None.
-        reward: the run's reward name; the ``worked_v2`` remedy is offered only to
-            a run that trains on neither it nor ``worked``
+        reward: the run's reward name; switching to ``shown_work`` is suggested
+            only to a run on a reward that pays a bare guess
             (:data:`GUESS_PROOF_REWARDS`).
 
     Raises:
@@ -360,44 +352,24 @@ def stall(
         else f", and {bare:.0%} were a bare box such as `\\boxed{{1}}`, a guess with "
         "no working before it"
     )
-    return (
+    text = (
         f"This run may not have taken off: {total} of its {steps} steps "
         f"made an update, {recent} of its last {STALL_STEPS}, and {degenerate:.0%} "
-        "of its groups were degenerate: every completion earned the same reward, so "
-        "every advantage was 0 and the group taught nothing (notebook 03). In its "
-        f"last {STALL_STEPS} steps {accuracy:.0%} of the completions were right in a "
-        f"box{guesses}. GRPO learns only from a group whose rewards differ, and in "
-        "this run such groups were rare. Runs like this have gone both ways: of the "
-        "recorded runs of notebook 05's settings with the binary reward (its "
-        "default before worked_v2), two with 8 and 12 updates in 30 "
-        "steps gained under 5 points on held-out problems (seeds 2 and 9), and one "
-        "with 12 gained 25 (seed 10; the README's seed table); notebook 07 tells "
-        "whether this run learned. In their last 10 steps, "
-        f"{STALLED_BARE} of the recorded completions of seeds 2 and 9 were a bare "
-        f"box, against at most {LEARNED_BARE} for any seed that learned, seed 10 "
-        "included: the two had settled on boxing a guess, and most of their few "
-        "rewards had paid bare guesses. Ten more steps did not help them (resumed "
-        "from 30 to 40 steps, exact on test questions at step 30 -> step 40: 4% -> 2% "
-        "and 9% -> 9%; `bench/results/stall-resume/`). Started again with "
-        "`group_size = 16`, both learned (exact on validation questions, base -> "
-        f"trained: {GROUP16_GAINS}; `bench/results/stall-group16/`): more tries per "
-        "prompt make a group with a right answer, and so an update, likelier at "
-        "every step. Two runs cannot say how often that works, since a new start "
-        "also draws new completions (binary learned on 12 of 15 final seeds), "
-        "and each step then samples and trains twice the completions. To try it, "
-        "set `group_size = 16` (notebook 05's parameters cell) and train again from "
-        "the start."
-        + (
-            " This run's reward pays no bare guess, so its stall is not the one "
-            "above: no recorded run on `worked_v2` stalled (seeds 2, 9 and 18-23; "
-            "`bench/results/worked-v2/`), and `group_size = 16` was tried only on "
-            "binary runs."
-            if reward in GUESS_PROOF_REWARDS
-            else " Or change the reward, at no extra cost per step: `reward = "
-            '"worked_v2"` (notebook 05\'s default) pays a right answer only when it '
-            "is the written result of a calculation, so a lucky bare guess earns "
-            "nothing (notebook 02, section 6). Started again with it at groups of 8, "
-            f"the same two seeds learned (exact on validation questions: "
-            f"{WORKED_GAINS}; `bench/results/worked-v2/`)."
-        )
+        "of its groups were degenerate (every completion earned the same reward, so "
+        f"every advantage was 0: notebook 03). In its last {STALL_STEPS} steps "
+        f"{accuracy:.0%} of the completions were right in a box{guesses}. Whether it "
+        "learned, the evaluation notebook (07) tells. Two recorded binary-reward "
+        "runs that stalled had settled on boxing guesses: in their last 10 steps "
+        f"{STALLED_BARE} of the recorded completions were a bare box. Ten more "
+        f"steps did not rescue them (exact at step 30 -> 40: {RESUMED_GAINS}); "
+        "started again with `group_size = 16`, both learned (exact on validation "
+        f"questions, base -> trained: {GROUP16_GAINS}; docs/results.md)."
     )
+    if reward in GUESS_PROOF_REWARDS:
+        return text
+    return text + (
+        ' Or start again with `reward = "shown_work"` (notebook 05\'s default), '
+        "which pays no bare guess: the same two seeds then learned (exact on "
+        f"validation questions: {WORKED_GAINS}; docs/results.md)."
+    )
+

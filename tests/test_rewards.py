@@ -29,7 +29,7 @@ from grpo_helpers.rewards import (
     right_answer_reward,
     shaped_reward,
     worked_reward,
-    worked_v2_reward,
+    shown_work_reward,
 )
 
 #: A megabyte of adversarial text takes well under a second in linear time; a
@@ -376,21 +376,23 @@ def test_right_answer_gives_a_boxed_guess_nothing() -> None:
 
 
 def test_reward_registry() -> None:
+    """The series teaches three rewards; the earlier runs' names still resolve."""
     assert dict(REWARD_FUNCTIONS) == {
         "binary": grade_answer,
         "shaped": shaped_reward,
+        "shown_work": shown_work_reward,
+    }
+    assert dict(rewards.EARLIER_REWARDS) == {
         "right_answer": right_answer_reward,
         "worked": worked_reward,
-        "worked_v2": worked_v2_reward,
+        "worked_v2": shown_work_reward,
     }
-    assert get_reward_fn("binary") is grade_answer
-    assert get_reward_fn("shaped") is shaped_reward
-    assert get_reward_fn("right_answer") is right_answer_reward
-    assert get_reward_fn("worked") is worked_reward
-    assert get_reward_fn("worked_v2") is worked_v2_reward
-    with pytest.raises(
-        ValueError, match="'binary', 'shaped', 'right_answer', 'worked', 'worked_v2'"
-    ):
+    for name, fn in {**REWARD_FUNCTIONS, **rewards.EARLIER_REWARDS}.items():
+        assert get_reward_fn(name) is fn
+    assert rewards.canonical_reward("worked_v2") == "shown_work"
+    for name in ("binary", "shaped", "shown_work", "worked", "right_answer"):
+        assert rewards.canonical_reward(name) == name
+    with pytest.raises(ValueError, match="'binary', 'shaped', 'shown_work'"):
         get_reward_fn("nope")
 
 
@@ -562,7 +564,7 @@ def test_worked_reward_on_adversarial_megabyte(prefix: str) -> None:
     assert worked_reward(prefix + r" 70 + 2 = 72 \boxed{72}", "72") == 1.0
 
 
-# --- worked_v2_reward: worked, reading a label in brackets after a number -------
+# --- shown_work_reward: worked, reading a label in brackets after a number ----
 
 
 @pytest.mark.parametrize(
@@ -589,7 +591,7 @@ def test_worked_reward_on_adversarial_megabyte(prefix: str) -> None:
 def test_worked_v2_reads_bracketed_labels(
     text: str, gold: str, worked: float, v2: float
 ) -> None:
-    assert (worked_reward(text, gold), worked_v2_reward(text, gold)) == (worked, v2)
+    assert (worked_reward(text, gold), shown_work_reward(text, gold)) == (worked, v2)
 
 
 def test_worked_v2_changes_only_bracketed_answers_of_the_worked_runs() -> None:
@@ -606,8 +608,8 @@ def test_worked_v2_changes_only_bracketed_answers_of_the_worked_runs() -> None:
         # a boxed right answer is exactly an exact grade of 1: the box stands in
         # for the gold answer, which the samples do not record
         gold = extract_boxed(row["text"]) if row["exact"] == 1.0 else None
-        v2 = worked_v2_reward(row["text"], gold) if gold is not None else 0.0
-        assert v2 >= row["reward"]  # v2 is worked_v2_reward, not its parts
+        v2 = shown_work_reward(row["text"], gold) if gold is not None else 0.0
+        assert v2 >= row["reward"]  # v2 is shown_work_reward, not its parts
         if v2 != row["reward"]:
             changed.append(row["text"])
     assert len(changed) == 10
@@ -635,7 +637,7 @@ def test_worked_v2_pays_whatever_worked_pays(
     # box holds c, which is the gold answer or one off it
     response = f"{noise} {a}{la} {op} {b}{lb} = {c}. \\boxed{{{c}}}"
     gold = str(c if right else c + 1)
-    worked, v2 = worked_reward(response, gold), worked_v2_reward(response, gold)
+    worked, v2 = worked_reward(response, gold), shown_work_reward(response, gold)
     assert v2 >= worked
     assert v2 == float(right)
     assert worked == float(right and "(" not in la + lb)
@@ -665,9 +667,9 @@ def test_worked_v2_pays_whatever_worked_pays(
         "space-brackets",
     ],
 )
-def test_worked_v2_reward_on_adversarial_megabyte(prefix: str) -> None:
-    assert worked_v2_reward(prefix + r" \boxed{72}", "72") == 0.0
-    assert worked_v2_reward(prefix + r" 70 (a) + 2 = 72 \boxed{72}", "72") == 1.0
+def test_shown_work_reward_on_adversarial_megabyte(prefix: str) -> None:
+    assert shown_work_reward(prefix + r" \boxed{72}", "72") == 0.0
+    assert shown_work_reward(prefix + r" 70 (a) + 2 = 72 \boxed{72}", "72") == 1.0
 
 
 def test_worked_v2_gives_the_rewards_its_runs_recorded() -> None:
@@ -676,7 +678,7 @@ def test_worked_v2_gives_the_rewards_its_runs_recorded() -> None:
     rows = [json.loads(line) for p in paths for line in p.read_text().splitlines()]
     assert len(paths) == 9 and len(rows) == 480 * len(paths)  # seeds 0, 2, 9, 18-23
     recomputed = [
-        worked_v2_reward(row["text"], extract_boxed(row["text"]) or "")
+        shown_work_reward(row["text"], extract_boxed(row["text"]) or "")
         if row["exact"] == 1.0
         else 0.0
         for row in rows

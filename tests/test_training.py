@@ -612,6 +612,7 @@ def test_stall_quotes_what_the_recorded_stalls_did():
     assert max(learned) < min(stalled)
     text = run_files.stall(run_files.load_metrics(FINAL_RUNS / "notebook-seed9"))
     assert f"{run_files.STALLED_BARE} of the recorded completions" in text
+    resumed = []
     for seed in (2, 9):
         result = json.loads(
             (RESUMED_RUNS / f"cpu_grpo_demo-notebook-seed{seed}.json").read_text()
@@ -619,7 +620,9 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         assert (result["early"]["step"], result["settings"]["steps"]) == (30, 40)
         before, after = result["early"]["exact_acc"], result["trained"]["exact_acc"]
         assert after <= before + 0.01  # ten more steps bought nothing
-        assert f"{before:.0%} -> {after:.0%}" in text
+        resumed.append(f"{before:.0%} -> {after:.0%}")
+    assert " and ".join(resumed) == run_files.RESUMED_GAINS
+    assert f"40: {run_files.RESUMED_GAINS})" in text
     # where the guessing came from: the rewarded completions of the first 30 steps
     rewarded = {}
     for seed in (2, 9):
@@ -664,12 +667,13 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         worked.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
     assert " and ".join(worked) == run_files.WORKED_GAINS
     assert f"validation questions: {run_files.WORKED_GAINS};" in text
-    # a run that already trains on worked or worked_v2 is not told to switch
+    # a run that already trains on shown_work (or its earlier names) is not told
+    # to switch
     metrics = pd.DataFrame(
         run_files.read_jsonl(WORKED_FINAL / "notebook-seed15/metrics.jsonl")
     )
-    assert 'reward = "worked_v2"' in run_files.stall(metrics, reward="binary")
-    for reward in ("worked", "worked_v2"):
+    assert 'reward = "shown_work"' in run_files.stall(metrics, reward="binary")
+    for reward in ("shown_work", "worked", "worked_v2"):
         assert "reward = " not in run_files.stall(metrics, reward=reward)
 
 

@@ -308,7 +308,7 @@ def prepare(case):
 # advantage over the completions that calculated and went wrong (notebook 02,
 # section 6), so the share of bare boxes that run_files.stall quotes can climb: 3 of
 # binary's 15 final seeds settled on boxing a guess and did not learn, where
-# "worked_v2", the default, pays only a right answer written as the result of a
+# "shown_work", the default, pays only a right answer written as the result of a
 # calculation and learned on all six final seeds it was tried on (too few seeds to
 # say it fails less often). Its price: a right answer written another way earns
 # nothing.
@@ -318,7 +318,7 @@ def prepare(case):
 # no update). The boxed share is the one to watch: in a group whose only right
 # answers are unboxed, those get a positive advantage, so the box can lose ground
 # (validation seed 4 boxed nothing from step 7 on,
-# bench/results/pilots-robust-defaults/README.md). Under "binary" or "worked_v2"
+# bench/results/pilots-robust-defaults/README.md). Under "binary" or "shown_work"
 # degenerate groups are more common while the model is weak (a group needs a paid
 # answer to have a spread), so the first steps may make no update at all, but the
 # box can only gain. The shaped reward (notebook 02) gives almost every group a
