@@ -372,4 +372,3 @@ def stall(
         "which pays no bare guess: the same two seeds then learned (exact on "
         f"validation questions: {WORKED_GAINS}; docs/results.md)."
     )
-

@@ -28,8 +28,8 @@ from grpo_helpers.rewards import (
     parse_number,
     right_answer_reward,
     shaped_reward,
-    worked_reward,
     shown_work_reward,
+    worked_reward,
 )
 
 #: A megabyte of adversarial text takes well under a second in linear time; a
