@@ -62,6 +62,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from grpo_helpers import (  # noqa: E402
     data,
     evaluation,
+    facts,
     plotting,
     presets,
     prompts,
@@ -385,87 +386,13 @@ def line(numbers: dict[str, Any]) -> str:
 
 
 #: The issue's bar for the longer run: exact and lenient gains, in points.
-BARS = {"exact": 30.0, "lenient": 10.0}
+BARS = facts.BARS
+load_results = facts.load_seed_results
+markdown_table = facts.seed_table
 
 
 def _pct(x: float) -> str:
     return f"{x:.0%}" if abs(x * 100 - round(x * 100)) < 1e-9 else f"{x:.1%}"
-
-
-def _ci(interval: list[float]) -> str:
-    return f"[{interval[0] * 100:.1f}, {interval[1] * 100:.1f}]"
-
-
-#: What :func:`markdown_table` reads of each seed's numbers.
-SEED_KEYS = ("seed", "summary", "base", "trained", "train_seconds", "total_seconds")
-
-
-def load_results(path: Path) -> list[dict[str, Any]]:
-    """The seeds' numbers this bench wrote: a ``...-seedsA-B-C.json`` list, or one
-    seed's ``...-seedN.json``. Raises ValueError when a seed lacks what the table
-    reads (and OSError / a JSON error when the file cannot be read)."""
-    results = json.loads(path.read_text())
-    results = [results] if isinstance(results, dict) else results
-    for numbers in results:
-        missing = [key for key in SEED_KEYS if key not in numbers]
-        if missing:
-            raise ValueError(f"a seed without {', '.join(missing)}")
-    return results
-
-
-def markdown_table(results: list[dict[str, Any]]) -> str:
-    """The README's rows for a set of seeds, from the numbers this bench wrote.
-
-    Bold marks p < 0.01, and an accuracy whose gain also clears ``BARS``; each p
-    is followed by the change in points. The last line counts the seeds that clear
-    both bars and the seeds that ran within 15 minutes.
-    """
-    lines = [
-        "| seed | training / total | held-out | exact: before -> after (p; points)"
-        " | lenient: before -> after (p; points) | answers boxed |",
-        "|---|---|---|---|---|---|",
-    ]
-    clear = significant = within = 0
-    for n in results:
-        cells, cleared = [], []
-        for grade in ("exact", "lenient"):
-            g, b, t = n["summary"][grade], n["base"], n["trained"]
-            points = (g["after"] - g["before"]) * 100
-            ok = g["p_value"] < 0.01 and points >= BARS[grade]
-            cleared.append(ok)
-            after = _pct(t[f"{grade}_acc"])
-            p = f"p = {g['p_value']:.2g}"
-            cells.append(
-                f"{_pct(b[f'{grade}_acc'])} {_ci(b[f'{grade}_ci'])} -> "
-                + (f"**{after}**" if ok else after)
-                + f" {_ci(t[f'{grade}_ci'])} ("
-                + (f"**{p}**" if g["p_value"] < 0.01 else p)
-                + f"; {points:+.1f})"
-            )
-        clear += all(cleared)
-        significant += all(
-            n["summary"][grade]["p_value"] < 0.01
-            and n["summary"][grade]["after"] > n["summary"][grade]["before"]
-            for grade in ("exact", "lenient")
-        )
-        within += n["total_seconds"] <= 15 * 60
-        split = n.get("split", "validation")  # runs before the splits: validation
-        lines.append(
-            f"| seed {n['seed']} | {n['train_seconds'] / 60:.1f} min / "
-            f"{n['total_seconds'] / 60:.1f} min | {n['base']['n']} arithmetic "
-            f"({split}) | "
-            f"{cells[0]} | {cells[1]} | {_pct(n['base']['boxed_frac'])} -> "
-            f"{_pct(n['trained']['boxed_frac'])} |"
-        )
-    lines.append("")
-    lines.append(
-        f"{significant} of {len(results)} seeds gain in exact and lenient accuracy, "
-        "each with p < 0.01; "
-        f"{clear} of {len(results)} clear both bars (exact "
-        f"+{BARS['exact']:.0f}, lenient +{BARS['lenient']:.0f} points, p < 0.01); "
-        f"{within} of {len(results)} ran within 15 minutes."
-    )
-    return "\n".join(lines)
 
 
 def _best_prompt(more: dict[str, Any], base: dict[str, Any]) -> tuple[str, float]:

@@ -54,6 +54,7 @@ __all__ = [
     "EvalResult",
     "evaluate",
     "evaluate_async",
+    "regrade",
     "run_coroutine",
 ]
 
@@ -283,6 +284,31 @@ def _completion_text(sequence: Any, tokenizer: Any) -> str:
     if sequence.text is not None:
         return sequence.text
     return tokenizer.decode(list(sequence.tokens), skip_special_tokens=True)
+
+
+def regrade(records: pd.DataFrame) -> pd.DataFrame:
+    r"""The records with every grade recomputed from the text: ``extracted``,
+    ``boxed``, ``answer_lenient``, ``exact`` and ``lenient`` from each
+    ``completion`` and its ``gold`` answer, so that a number quoted from recorded
+    records never rests on a stored grade.
+
+    Example:
+        >>> frame = pd.DataFrame({"completion": ["so \\boxed{7}", "it is 7"],
+        ...                       "gold": ["7", "7"], "exact": [False, True]})
+        >>> regrade(frame)[["exact", "lenient", "boxed"]].to_dict("list")
+        {'exact': [True, False], 'lenient': [True, True], 'boxed': [True, False]}
+    """
+    graded = pd.DataFrame(
+        [
+            _grade_text(str(text), str(gold))
+            for text, gold in zip(records["completion"], records["gold"], strict=True)
+        ],
+        index=records.index,
+    )
+    out = records.copy()
+    for column in graded.columns:
+        out[column] = graded[column]
+    return out
 
 
 def _grade_text(text: str, gold: str) -> dict[str, Any]:

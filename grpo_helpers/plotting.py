@@ -220,6 +220,7 @@ def plot_run_curves(
     runs: Mapping[str, pd.DataFrame | str | Path],
     axes: Sequence[plt.Axes] | np.ndarray | None = None,
     window: int = 5,
+    band: tuple[str, pd.DataFrame] | None = None,
 ) -> np.ndarray:
     """Reward, training accuracy, boxed answers, degenerate groups, completion
     length and cut-off answers per step, for one or more runs on the same axes.
@@ -234,6 +235,9 @@ def plot_run_curves(
             None. A run whose metrics lack a panel's column (recorded before it
             was logged) is left out of that panel.
         window: steps in the rolling mean.
+        band: ``(label, frame)``: several recorded runs, one row per (``seed``,
+            ``step``) (``reference.load_band()``), drawn as a grey range from
+            their lowest to their highest rolling mean at each step.
 
     Returns:
         The six axes, flattened.
@@ -244,6 +248,8 @@ def plot_run_curves(
         )
         axes = grid
     flat = np.asarray(axes).ravel()
+    if band is not None:
+        _draw_band(flat, *band, window=window)
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
     for i, (label, metrics) in enumerate(runs.items()):
         df = _metrics(metrics)
@@ -273,6 +279,49 @@ def plot_run_curves(
     return flat
 
 
+def band_range(frame: pd.DataFrame, column: str, window: int = 5) -> pd.DataFrame:
+    """Per step, the lowest and highest rolling mean of ``column`` over the runs of
+    ``frame`` (one row per ``seed`` and ``step``), and how many runs reached it.
+
+    Example:
+        >>> frame = pd.DataFrame({"seed": [0, 0, 1, 1], "step": [0, 1, 0, 1],
+        ...                       "reward_mean": [0.0, 0.5, 0.25, 1.0]})
+        >>> band_range(frame, "reward_mean", window=1).to_dict("list")
+        {'step': [0, 1], 'low': [0.0, 0.5], 'high': [0.25, 1.0], 'runs': [2, 2]}
+    """
+    smooth = frame.sort_values(["seed", "step"]).assign(
+        value=lambda d: d.groupby("seed")[column].transform(
+            lambda v: rolling_mean(v.to_numpy(), window).to_numpy()
+        )
+    )
+    by_step = smooth.groupby("step")["value"]
+    return pd.DataFrame(
+        {
+            "step": by_step.min().index.to_numpy(),
+            "low": by_step.min().to_numpy(),
+            "high": by_step.max().to_numpy(),
+            "runs": by_step.count().to_numpy(),
+        }
+    )
+
+
+def _draw_band(flat: np.ndarray, label: str, frame: pd.DataFrame, window: int) -> None:
+    runs = frame["seed"].nunique()
+    for ax, (column, _, _, _) in zip(flat, RUN_PANELS, strict=True):
+        if column not in frame:
+            continue
+        limits = band_range(frame, column, window)
+        ax.fill_between(
+            limits["step"],
+            limits["low"],
+            limits["high"],
+            color="0.5",
+            alpha=0.2,
+            linewidth=0,
+            label=f"{label} ({runs} seeds, range)",
+        )
+
+
 def add_caption(fig: plt.Figure, text: str, width: int = 150) -> None:
     """A small line of text under a figure (wrapped at ``width`` characters): where
     a recorded run's command, date and machine go instead of its legend entry."""
@@ -295,6 +344,9 @@ class LivePlot:
         window: steps in the rolling mean (with a reference).
         caption: a line under the figure (the recorded run's command, date and
             machine: ``RecordedRun.caption``), so the legend stays short.
+        band: ``(label, frame)`` of several recorded runs
+            (``reference.load_band()``), drawn as a grey range behind the curves
+            (with a reference).
     """
 
     def __init__(
@@ -305,7 +357,9 @@ class LivePlot:
         lengths: bool = False,
         window: int = 5,
         caption: str | None = None,
+        band: tuple[str, pd.DataFrame] | None = None,
     ) -> None:
+        self.band = band
         self.reference = dict(reference or {})
         self.caption = caption
         self.label = label
@@ -318,7 +372,9 @@ class LivePlot:
         """The figure for these metrics (what each redraw shows)."""
         if self.reference:
             axes = plot_run_curves(
-                {self.label: metrics, **self.reference}, window=self.window
+                {self.label: metrics, **self.reference},
+                window=self.window,
+                band=self.band,
             )
             if self.caption:
                 add_caption(axes[0].figure, self.caption)

@@ -57,6 +57,9 @@ if TYPE_CHECKING:
 REFERENCE_DIR = SETTINGS.project_root / "data" / "reference_runs"
 #: The run notebooks 05-07 plot beside the learner's.
 DEFAULT_RUN = "notebook-defaults"
+#: Per-step metrics of the recorded final-split seeds of notebook 05's defaults
+#: (``python bench/record_seed_band.py``): the band its live plot draws.
+SEED_BAND = REFERENCE_DIR / "notebook-seeds.csv"
 SCHEMA = "grpo-notebooks-recorded-run/1"
 FILES = (
     "meta.json",
@@ -410,6 +413,22 @@ def write_run(
     return path
 
 
+def load_band(path: str | Path = SEED_BAND) -> pd.DataFrame:
+    """The recorded seeds' per-step metrics (:data:`SEED_BAND`), one row per
+    (seed, step): what ``plotting.LivePlot(band=...)`` draws as a range.
+
+    Raises:
+        FileNotFoundError: the file is missing; the message says how to write it.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No band of recorded seeds at {path}: write it with "
+            "`python bench/record_seed_band.py`."
+        )
+    return pd.read_csv(path)
+
+
 def eval_file(name: str) -> str:
     """``eval_<name>.jsonl`` with the name made file-safe (``"gsm8k base"`` gives
     ``eval_gsm8k-base.jsonl``)."""
@@ -526,12 +545,14 @@ def runs_table(runs: Sequence[RecordedRun]) -> pd.DataFrame:
 __all__ = [
     "DEFAULT_RUN",
     "REFERENCE_DIR",
+    "SEED_BAND",
     "RecordedRun",
     "check_run",
     "commit",
     "eval_file",
     "file_sha256",
     "hardware",
+    "load_band",
     "load_run",
     "model_file",
     "numeric_path",

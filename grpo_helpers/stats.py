@@ -10,7 +10,10 @@ Pure functions over counts and per-question outcomes, with no sampler in sight:
   resampling questions with both outcomes together;
 * :func:`pass_at_k`, :func:`maj_at_k`, :func:`majority_answer` and
   :func:`k_curves`: with ``k`` samples per question, is one of them right, and is
-  their majority vote right (DeepSeekMath: RL raises maj@k, not pass@k).
+  their majority vote right (DeepSeekMath: RL raises maj@k, not pass@k);
+* :func:`t_interval`, :func:`sign_flip_p` and :func:`detectable_difference`: one
+  number per *seed* (a training run), for comparing two trained configurations,
+  where the run-to-run noise of training is the noise that counts.
 
 :mod:`grpo_helpers.report` applies them to an evaluation's records; notebook 07
 teaches them as their own idea.
@@ -31,12 +34,15 @@ import pandas as pd
 from grpo_helpers import rewards
 
 __all__ = [
+    "detectable_difference",
     "k_curves",
     "maj_at_k",
     "majority_answer",
     "mcnemar_exact_p",
     "paired_bootstrap_ci",
     "pass_at_k",
+    "sign_flip_p",
+    "t_interval",
     "wilson_interval",
 ]
 
@@ -329,3 +335,108 @@ def k_curves(
             {"k": k, "pass@k": float(np.mean(passes)), "maj@k": float(np.mean(majors))}
         )
     return pd.DataFrame(rows)
+
+
+# ------------------------------------------------------------- across seeds
+# Between two trained configurations the unit is the seed: each seed is one
+# training run, and the run-to-run noise of training is what a knob's effect must
+# stand out from. These three functions read one number per seed.
+
+
+def t_interval(
+    values: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """Mean of per-seed values with Student's t interval over the seeds.
+
+    ``mean +/- t_{n-1} * sd / sqrt(n)``, with ``sd`` the sample standard deviation
+    (divided by ``n - 1``): the interval for the mean of the population the seeds
+    were drawn from, assuming the values are roughly normal. With few seeds ``t``
+    is large (4.30 for 3 seeds, 2.78 for 5), so a few seeds give a wide interval.
+
+    Args:
+        values: one number per seed, at least two.
+        confidence: coverage of the interval.
+
+    Returns:
+        ``(mean, low, high)``.
+
+    Raises:
+        ValueError: fewer than two values, or a value that is not finite.
+
+    Example:
+        >>> [round(x, 3) for x in t_interval([0.30, 0.38, 0.44])]
+        [0.373, 0.199, 0.548]
+    """
+    from scipy import stats as scipy_stats
+
+    x = np.asarray(values, dtype=float)
+    if x.ndim != 1 or len(x) < 2 or not np.isfinite(x).all():
+        raise ValueError(
+            f"t_interval needs two or more finite values (one per seed), got {values!r}"
+        )
+    mean = float(x.mean())
+    half = float(
+        scipy_stats.t.ppf(1 - (1 - confidence) / 2, len(x) - 1)
+        * x.std(ddof=1)
+        / math.sqrt(len(x))
+    )
+    return mean, mean - half, mean + half
+
+
+def sign_flip_p(values: Sequence[float]) -> float:
+    """Exact two-sided p of a paired sign-flip (permutation) test on per-seed
+    differences.
+
+    Under "the knob changes nothing", each seed's difference is as likely to have
+    either sign, so all ``2**n`` sign patterns of the observed magnitudes are
+    equally likely; p is the share of them whose mean is at least as far from zero
+    as the observed mean. It assumes no normality, but with ``n`` seeds it cannot
+    go below ``2 / 2**n``: 0.25 for 3 seeds, 0.0625 for 5.
+
+    Example:
+        >>> sign_flip_p([0.1, 0.2, 0.3])  # every seed up: the most extreme pattern
+        0.25
+        >>> sign_flip_p([0.1, -0.1])
+        1.0
+    """
+    import itertools
+
+    x = np.abs(np.asarray(values, dtype=float))
+    if x.ndim != 1 or len(x) < 1 or not np.isfinite(x).all():
+        raise ValueError(f"sign_flip_p needs finite per-seed values, got {values!r}")
+    observed = abs(float(np.mean(values)))
+    signs = np.array(list(itertools.product((1.0, -1.0), repeat=len(x))))
+    means = np.abs((signs * x).mean(axis=1))
+    return float(np.mean(means >= observed - 1e-12))
+
+
+def detectable_difference(
+    sd: float, n: int, *, alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """The smallest true mean difference that a two-sided paired t-test over ``n``
+    seeds detects at level ``alpha`` with probability ``power``, when the per-seed
+    differences have standard deviation ``sd``.
+
+    Solved exactly with the noncentral t distribution: at a true difference
+    ``delta`` the t statistic has ``n - 1`` degrees of freedom and noncentrality
+    ``s = delta * sqrt(n) / sd``, and the power is ``P(|T| > t_crit)``.
+
+    Example:
+        >>> round(detectable_difference(0.10, 5), 3)
+        0.168
+    """
+    from scipy import optimize
+    from scipy import stats as scipy_stats
+
+    if n < 2 or not sd > 0 or not math.isfinite(sd):
+        raise ValueError(f"need n >= 2 seeds and a positive sd, got n={n}, sd={sd}")
+    df = n - 1
+    critical = scipy_stats.t.ppf(1 - alpha / 2, df)
+
+    def shortfall(shift: float) -> float:
+        upper = scipy_stats.nct.sf(critical, df, shift)
+        lower = scipy_stats.nct.cdf(-critical, df, shift)  # NaN where it is ~0
+        return float(upper + np.nan_to_num(lower)) - power
+
+    shift = optimize.brentq(shortfall, 1e-6, 60.0, xtol=1e-10)
+    return float(shift * sd / math.sqrt(n))

@@ -91,56 +91,149 @@ def _record(variant, seed, base_exact, mine_exact):
     }
 
 
-def test_paired_outcomes_pool_the_flips_of_every_seed():
+def _final(variant, seed, exact):
+    """A recorded run whose final held-out exact accuracy is ``exact``."""
+    n = 100
+    right = round(exact * n)
+    grades = [True] * right + [False] * (n - right)
+    record = _record(variant, seed, [False] * n, grades)
+    for point in record["held_out"]:
+        for grade in ("exact", "lenient"):
+            by_question = point[f"{grade}_by_question"]
+            point[grade] = sum(by_question) / len(by_question)
+    return record
+
+
+def _ablation(baseline, **variants):
+    """Records of a baseline and variants over seeds 0..n-1 (final exact
+    accuracies, one per seed)."""
+    runs = [_final("baseline", seed, acc) for seed, acc in enumerate(baseline)]
+    for variant, accuracies in variants.items():
+        runs += [_final(variant, seed, acc) for seed, acc in enumerate(accuracies)]
+    return runs
+
+
+def test_seed_level_interval_matches_a_hand_computation_and_scipy():
+    """The mean of the per-seed differences and its 95% t-interval over seeds,
+    against the formula by hand and against scipy's t-interval."""
+    from scipy import stats as scipy_stats
+
+    baseline = [0.38, 0.47, 0.50, 0.40, 0.45]
+    kl = [0.19, 0.16, 0.26, 0.22, 0.25]
+    table = ablation.seed_level(_ablation(baseline, **{"KL beta=0.2": kl}))
+    row = table.set_index("variant").loc["KL beta=0.2"]
+    diffs = [k - b for k, b in zip(kl, baseline, strict=True)]
+    assert row["differences"] == pytest.approx(diffs)
+    mean = sum(diffs) / 5
+    sd = (sum((d - mean) ** 2 for d in diffs) / 4) ** 0.5
+    half = 2.7764451051977987 * sd / 5**0.5  # t(0.975, 4 degrees of freedom)
+    assert row["mean"] == pytest.approx(mean)
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((mean - half, mean + half))
+    low, high = scipy_stats.t.interval(
+        0.95, 4, loc=mean, scale=scipy_stats.sem(diffs)
+    )
+    assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high))
+    assert (row["up"], row["down"], row["tied"], row["seeds"]) == (0, 5, 0, 5)
+    assert row["sign_p"] == pytest.approx(2 / 32)  # all five down: 2 of 32 patterns
+
+
+def test_sign_flip_p_counts_the_sign_patterns():
+    assert stats.sign_flip_p([0.1, 0.2, 0.3]) == pytest.approx(2 / 8)
+    # +0.3 and -0.1, -0.1: patterns with |mean| >= 0.1/3 are all but (+,-,-)...
+    values = [0.3, -0.1, -0.1]
+    import itertools
+
+    observed = abs(sum(values) / 3)
+    hits = sum(
+        abs(sum(s * abs(v) for s, v in zip(signs, values, strict=True)) / 3)
+        >= observed - 1e-12
+        for signs in itertools.product((1, -1), repeat=3)
+    )
+    assert stats.sign_flip_p(values) == pytest.approx(hits / 8)
+
+
+def test_detectable_difference_agrees_with_the_normal_approximation():
+    """Many seeds: the exact t-based answer approaches (z_0.975 + z_0.8) sd / sqrt(n);
+    few seeds: it is larger (the t distribution's heavier tails)."""
+    from statistics import NormalDist
+
+    z = NormalDist().inv_cdf(0.975) + NormalDist().inv_cdf(0.8)
+    assert stats.detectable_difference(0.1, 200) == pytest.approx(
+        z * 0.1 / 200**0.5, rel=0.01
+    )
+    assert stats.detectable_difference(0.1, 5) > z * 0.1 / 5**0.5
+    assert stats.detectable_difference(0.1, 3) > stats.detectable_difference(0.1, 5)
+    with pytest.raises(ValueError, match="n >= 2"):
+        stats.detectable_difference(0.1, 1)
+
+
+@pytest.mark.parametrize(
+    ("name", "variant", "reading"),
+    [
+        ("clearly better", [0.55, 0.60, 0.62, 0.58, 0.61], "higher than the baseline"),
+        ("clearly worse", [0.20, 0.22, 0.25, 0.18, 0.21], "lower than the baseline"),
+        (
+            "inside the noise",
+            [0.42, 0.44, 0.50, 0.38, 0.47],
+            "not distinguishable from the baseline with 5 seeds",
+        ),
+        (
+            "large on one seed only",
+            [0.40, 0.45, 0.05, 0.42, 0.44],
+            "not distinguishable from the baseline with 5 seeds",
+        ),
+    ],
+)
+def test_verdicts_claim_a_direction_only_where_the_seed_interval_excludes_zero(
+    name, variant, reading
+):
+    baseline = [0.40, 0.45, 0.48, 0.41, 0.44]
+    results = _ablation(baseline, **{"ppo, mu=2": variant})
+    table = ablation.seed_level(results)
+    (row,) = table.to_dict("records")
+    assert ablation.verdict(row) == reading, name
+    (line,) = ablation.verdicts(table)
+    assert line.startswith("ppo, mu=2: ") and line.endswith(reading)
+    assert f"over 5 seeds ({row['up']} up, {row['down']} down" in line
+    excludes_zero = row["ci_low"] > 0 or row["ci_high"] < 0
+    assert excludes_zero == ("distinguishable" not in reading)
+
+
+def test_one_seed_gives_no_interval_and_no_direction():
+    results = _ablation([0.40], **{"ppo, mu=2": [0.05]})
+    (row,) = ablation.seed_level(results).to_dict("records")
+    assert row["seeds"] == 1 and np.isnan(row["ci_low"])
+    assert ablation.verdict(row) == "not distinguishable from the baseline with 1 seed"
+
+
+def test_a_variant_seed_without_its_baseline_is_not_paired():
+    results = _ablation([0.40, 0.45], **{"ppo, mu=2": [0.30, 0.35, 0.99]})
+    diffs = ablation.seed_differences(results)
+    assert list(diffs["seed"]) == [0, 1]  # seed 2 has no baseline
+
+
+def test_baseline_learning_is_a_per_question_test_of_each_run():
     start = [False] * 10
     results = [
         _record("baseline", 0, start, [True] * 5 + [False] * 5),
         _record("baseline", 1, start, [True] * 2 + [False] * 8),
-        _record("ppo, mu=2", 0, start, [True] * 7 + [False] * 3),
-        _record("ppo, mu=2", 1, start, [False] * 2 + [True] * 2 + [False] * 6),
     ]
-    table = ablation.paired_outcomes(results).set_index("variant")
-    row = table.loc["ppo, mu=2"]
-    # seed 0: 2 flips to the variant; seed 1: 2 each way
-    assert (row["b"], row["c"], row["pairs"], row["seeds"]) == (4, 2, 20, 2)
-    assert row["p_value"] == pytest.approx(stats.mcnemar_exact_p(4, 2))
-    assert row["difference"] == pytest.approx((9 - 7) / 20)
-    assert row["ci_low"] <= row["difference"] <= row["ci_high"]
-    (line,) = ablation.verdicts(ablation.paired_outcomes(results))
-    assert line.startswith("ppo, mu=2: +10 points")
-    assert "on 20 pairs (2 seeds), 4 up and 2 down" in line
-    assert line.endswith("cannot tell it from the baseline")
     learning = ablation.baseline_learning(results)
     assert list(learning["exact after"]) == [0.5, 0.2]
     assert learning["exact p"].iloc[0] == pytest.approx(stats.mcnemar_exact_p(5, 0))
 
 
-def test_only_seeds_whose_baseline_learned_are_read():
-    """A seed enters the pooled comparisons only where the baseline learned there
-    (both grades up, p < 0.01): seed 1's baseline moves to 3 of 30 (p = 0.25), so
-    its runs of every variant are left out; seed 2's baseline got worse."""
-    start = [False] * 30
-    learned = [True] * 15 + [False] * 15
-    results = [
-        _record("baseline", 0, start, learned),
-        _record("baseline", 1, start, [True] * 3 + [False] * 27),
-        _record("baseline", 2, [True] * 15 + [False] * 15, start),
-        _record("ppo, mu=2", 0, start, learned),
-        _record("ppo, mu=2", 1, start, learned),
-    ]
-    assert ablation.learned_seeds(results) == [0]
-    kept = ablation.on_learned_seeds(results)
-    assert [(r["variant"], r["seed"]) for r in kept] == [
-        ("baseline", 0),
-        ("ppo, mu=2", 0),
-    ]
-    # a looser bar lets in the seed that moved a little; never the one that fell
-    assert ablation.learned_seeds(results, alpha=0.5) == [0, 1]
-    assert ablation.learned_seeds([]) == []
+def test_the_noise_pair_is_one_configuration():
+    """The knobs notebook's lesson: two recorded runs with the same settings and
+    seed (the reward recorded under two names of the binary reward: none)."""
+    first, second = ablation.load_noise_pair()
+    assert ablation.same_settings(first, second) == []
+    assert first["seed"] == second["seed"] == 1
+    assert first["settings"]["reward"] == second["settings"]["reward"] == "binary"
 
 
 @pytest.mark.slow
-def test_quick_ablation_writes_what_notebook_08_reads(tmp_path):
+def test_quick_ablation_writes_what_the_knobs_notebook_reads(tmp_path):
     out = tmp_path / "ablation"
     variants = ["baseline", "ppo, mu=2"]
     _bench().main(
@@ -161,7 +254,7 @@ def test_quick_ablation_writes_what_notebook_08_reads(tmp_path):
     for column, _ in ablation.MECHANISMS.values():
         assert column in metrics
     assert not ablation.mechanism_table(results).empty
-    assert len(ablation.paired_outcomes(results)) == 1
+    assert len(ablation.seed_level(results)) == 1
     assert not ablation.held_out_frame(results).empty
     # the clipped variant logs its clip fraction on the steps that updated
     ppo = next(r for r in results if r["variant"] == "ppo, mu=2")
