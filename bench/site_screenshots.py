@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = ("index", "05_sync_training_loop", "07_base_vs_grpo_eval")
+PAGES = ("index", "05_sync_training_loop", "07_evaluating_a_trained_model")
 
 
 def chromium() -> str:

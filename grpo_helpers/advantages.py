@@ -241,7 +241,7 @@ def length_scales(
         ValueError: unknown mode, an empty completion, or ``"constant"`` without
             ``max_tokens``.
 
-    Introduced in: 08_what_the_knobs_do.ipynb
+    Introduced in: 09_what_the_knobs_do.ipynb
 
     Example:
         >>> length_scales([2, 8], "sequence_mean")
@@ -302,7 +302,7 @@ def kl_penalty(
     Raises:
         ValueError: the two lists do not have the same shapes.
 
-    Introduced in: 08_what_the_knobs_do.ipynb
+    Introduced in: 09_what_the_knobs_do.ipynb
 
     Example:
         >>> changes, m = kl_penalty([[-1.0, -2.0]], [[-1.5, -2.5]], 0.1)

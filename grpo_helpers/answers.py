@@ -37,7 +37,7 @@ annotation). The *deciding expression* of a completion is the written
 expression. GSM8K's problems take several operations, so their wrong numbers
 stay ``wrong number, other``.
 
-Introduced in: 07_base_vs_grpo_eval.ipynb
+Introduced in: 08_what_grpo_learned.ipynb
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ flipped), with the statistics of :mod:`grpo_helpers.stats`.
 Everything here works with PyTRIO's ``SamplingClient`` and with the local engine's, and
 from a plain script as well as from inside Jupyter (which already runs an event loop).
 
-Introduced in: 07_base_vs_grpo_eval.ipynb
+Introduced in: 07_evaluating_a_trained_model.ipynb
 """
 
 from __future__ import annotations

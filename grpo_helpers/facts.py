@@ -44,6 +44,7 @@ __all__ = [
     "SEED_KEYS",
     "ablation_facts",
     "all_facts",
+    "front_table",
     "load_seed_results",
     "noise_pair_facts",
     "run_facts",
@@ -395,6 +396,27 @@ def seed_table(results: Sequence[Mapping[str, Any]]) -> str:
         f"+{BARS['exact']:.0f}, lenient +{BARS['lenient']:.0f} points, p < 0.01); "
         f"{within} of {len(results)} ran within 15 minutes."
     )
+    return "\n".join(lines)
+
+
+def front_table(results: Sequence[Mapping[str, Any]]) -> str:
+    """The README's short table: per seed, exact and lenient accuracy before ->
+    after with 95% Wilson intervals and McNemar's p on the same questions."""
+    lines = [
+        "| seed | exact: before -> after (p) | lenient: before -> after (p) |",
+        "|---|---|---|",
+    ]
+    for n in results:
+        cells = []
+        for grade in ("exact", "lenient"):
+            b, t = n["base"], n["trained"]
+            p = n["summary"][grade]["p_value"]
+            cells.append(
+                f"{_table_pct(b[f'{grade}_acc'])} {_ci(b[f'{grade}_ci'])} -> "
+                f"{_table_pct(t[f'{grade}_acc'])} {_ci(t[f'{grade}_ci'])} "
+                f"(p = {p:.2g})"
+            )
+        lines.append(f"| {n['seed']} | {cells[0]} | {cells[1]} |")
     return "\n".join(lines)
 
 

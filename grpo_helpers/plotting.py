@@ -574,37 +574,6 @@ def plot_seed_bands(
     return ax
 
 
-def plot_held_out_by_variant(
-    frame: pd.DataFrame, ax: plt.Axes | None = None, grade: str = "exact"
-) -> plt.Axes:
-    """Held-out accuracy at each scored step: the mean over seeds (line) and every
-    seed (dots), one colour per variant (``ablation.held_out_frame``)."""
-    ax = _axes(ax)
-    variants = list(dict.fromkeys(frame["variant"]))
-    offsets = np.linspace(-0.15, 0.15, max(len(variants), 1))
-    for variant, offset in zip(variants, offsets, strict=True):
-        runs = frame[frame["variant"] == variant]
-        mean = runs.groupby("step")[grade].mean()
-        (line,) = ax.plot(mean.index + offset, mean.to_numpy(), "-", label=variant)
-        ax.plot(
-            runs["step"] + offset,
-            runs[grade],
-            "o",
-            color=line.get_color(),
-            alpha=0.5,
-            ms=4,
-        )
-    ax.set(
-        xlabel="step",
-        ylabel=f"held-out {grade} accuracy",
-        title=f"Held-out {grade} accuracy (dots: seeds; lines: their mean)",
-    )
-    _integer_steps(ax)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=7)
-    return ax
-
-
 def plot_clipped_objective(
     clip_low: float = 0.8, clip_high: float = 1.2, ax: plt.Axes | None = None
 ) -> plt.Axes:
@@ -689,7 +658,7 @@ def plot_answer_classes(
     """Stacked bars: the share of each answer class (rows of ``counts``, as
     ``answers.class_counts`` returns them) for each model (columns).
 
-    Introduced in: 07_base_vs_grpo_eval.ipynb
+    Introduced in: 07_evaluating_a_trained_model.ipynb
     """
     ax = _axes(ax, figsize=(max(4.0, 1.3 * len(counts.columns) + 3.5), 3.8))
     shares = counts / counts.sum()
@@ -723,32 +692,39 @@ def plot_answer_classes(
     return ax
 
 
-def plot_paired_differences(
+def plot_seed_differences(
     table: pd.DataFrame, ax: plt.Axes | None = None, title: str = ""
 ) -> plt.Axes:
-    """Each variant's difference from the baseline with its 95% interval (a forest
-    plot of ``ablation.paired_outcomes``): a bar that crosses zero is a difference
-    these questions cannot tell from none.
+    """Each variant against the baseline, seed by seed (``ablation.seed_level``):
+    one dot per seed (variant - baseline, same seed), the mean over seeds and its
+    95% t-interval. An interval that crosses zero is a difference these seeds
+    cannot tell from the run-to-run noise of training.
 
-    Introduced in: 08_what_the_knobs_do.ipynb
+    Introduced in: 09_what_the_knobs_do.ipynb
     """
-    ax = _axes(ax, figsize=(7.0, 0.45 * len(table) + 1.2))
+    ax = _axes(ax, figsize=(7.0, 0.5 * len(table) + 1.2))
     y = np.arange(len(table))[::-1]
-    diff = table["difference"].to_numpy(dtype=float)
-    low, high = table["ci_low"].to_numpy(dtype=float), table["ci_high"].to_numpy()
-    ax.errorbar(
-        diff,
-        y,
-        xerr=np.vstack([diff - low, high - diff]),
-        fmt="o",
-        color=COLORS["trained"],
-        capsize=4,
-    )
-    for yi, d, p in zip(y, diff, table["p_value"], strict=True):
+    for yi, row in zip(y, table.to_dict("records"), strict=True):
+        diffs = np.asarray(row["differences"], dtype=float)
+        jitter = np.linspace(-0.12, 0.12, len(diffs)) if len(diffs) > 1 else [0.0]
+        ax.plot(diffs, yi + np.asarray(jitter), "o", color="0.55", ms=4, zorder=1)
+        mean, low, high = row["mean"], row["ci_low"], row["ci_high"]
+        if np.isfinite(low):
+            ax.errorbar(
+                mean,
+                yi,
+                xerr=[[mean - low], [high - mean]],
+                fmt="D",
+                color=COLORS["trained"],
+                capsize=4,
+                zorder=2,
+            )
+        else:
+            ax.plot(mean, yi, "D", color=COLORS["trained"], zorder=2)
         ax.annotate(
-            f"{100 * d:+.0f} pts, p = {p:.2g}",
-            (d, yi),
-            xytext=(0, 7),
+            f"{100 * mean:+.0f} pts, {row['seeds']} seeds",
+            (mean, yi),
+            xytext=(0, 8),
             textcoords="offset points",
             ha="center",
             fontsize=8,
@@ -757,6 +733,11 @@ def plot_paired_differences(
     ax.set_yticks(y, list(table["variant"]))
     ax.set_ylim(-0.7, len(table) - 0.3)
     ax.xaxis.set_major_formatter(matplotlib.ticker.PercentFormatter(1.0))
-    ax.set(xlabel="variant - baseline, held-out accuracy (95% interval)", title=title)
+    ax.set(xlabel="variant - baseline of the same seed (held-out accuracy)")
+    ax.set_title(
+        (f"{title}: " if title else "")
+        + "dots: seeds; diamond: mean, 95% t-interval over seeds",
+        fontsize=9,
+    )
     ax.grid(axis="x", alpha=0.3)
     return ax

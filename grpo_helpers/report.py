@@ -15,7 +15,7 @@ The statistics themselves are :mod:`grpo_helpers.stats`'. Every function takes a
 ``EvalResult`` or its records (or its summary) alike, so a recorded run's records
 read from disk compare as well as a fresh evaluation.
 
-Introduced in: 07_base_vs_grpo_eval.ipynb
+Introduced in: 07_evaluating_a_trained_model.ipynb
 """
 
 from __future__ import annotations

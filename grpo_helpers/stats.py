@@ -18,7 +18,7 @@ Pure functions over counts and per-question outcomes, with no sampler in sight:
 :mod:`grpo_helpers.report` applies them to an evaluation's records; notebook 07
 teaches them as their own idea.
 
-Introduced in: 07_base_vs_grpo_eval.ipynb
+Introduced in: 07_evaluating_a_trained_model.ipynb
 """
 
 from __future__ import annotations

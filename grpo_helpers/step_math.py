@@ -17,7 +17,7 @@ it built by hand:
 
 Nothing here calls an engine or writes a file.
 
-Introduced in: 05_sync_training_loop.ipynb (a step by hand), 08_what_the_knobs_do.ipynb
+Introduced in: 05_sync_training_loop.ipynb (a step by hand), 09_what_the_knobs_do.ipynb
 (ratios and the KL)
 """
 

@@ -45,9 +45,13 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
 STEMS = tuple(p.stem for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
 ADDED_TAG = "pytest-solution-check"
-#: Notebook 07's parameter override: the run it evaluates (see make_source_run).
+#: Notebooks 07 and 08's parameter override: the run they evaluate (see
+#: make_source_run).
 SOURCE_RUN = "pytest-source-run"
-PARAMETER_OVERRIDES = {"07_base_vs_grpo_eval": f'source_run = "{SOURCE_RUN}"'}
+PARAMETER_OVERRIDES = {
+    "07_evaluating_a_trained_model": f'source_run = "{SOURCE_RUN}"',
+    "08_what_grpo_learned": f'source_run = "{SOURCE_RUN}"',
+}
 CELL_TIMEOUT = 600  # seconds per cell; pytest-timeout bounds each test as a whole
 
 

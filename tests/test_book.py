@@ -24,8 +24,9 @@ PLOTTING = (
     "03_group_advantages",
     "05_sync_training_loop",
     "06_async_training_loop",
-    "07_base_vs_grpo_eval",
-    "08_what_the_knobs_do",
+    "07_evaluating_a_trained_model",
+    "08_what_grpo_learned",
+    "09_what_the_knobs_do",
 )
 
 #: Imported by every Python process the site build starts (it is put first on

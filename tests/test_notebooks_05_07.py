@@ -52,8 +52,9 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = {
     "05": ("05_sync_training_loop", "The sync training loop"),
     "06": ("06_async_training_loop", "The async training loop"),
-    "07": ("07_base_vs_grpo_eval", "Base vs GRPO evaluation"),
-    "08": ("08_what_the_knobs_do", "What the knobs do"),
+    "07": ("07_evaluating_a_trained_model", "Evaluating a trained model"),
+    "08": ("08_what_grpo_learned", "What GRPO learned"),
+    "09": ("09_what_the_knobs_do", "What the knobs do"),
 }
 #: The article's PyTRIO run (grpo-notes.md): what backend="pytrio" must select.
 ARTICLE_RUN = {

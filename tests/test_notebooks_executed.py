@@ -64,11 +64,20 @@ def test_solutions_pass_every_self_check_in_the_notebook(notebook_runs, stem):
     assert verdicts == want, "\n".join(run.solution_checks)
 
 
-def test_07_evaluates_the_source_run_it_was_given(notebook_runs):
-    run = notebook_runs.get("07_base_vs_grpo_eval")
+@pytest.mark.parametrize(
+    ("stem", "origin"),
+    [
+        ("07_evaluating_a_trained_model", "notebook 05's run in"),
+        ("08_what_grpo_learned", "the finished run in"),
+    ],
+)
+def test_07_and_08_evaluate_the_source_run_they_were_given(
+    notebook_runs, stem, origin
+):
+    run = notebook_runs.get(stem)
     assert run.ok, run.error
     source = Path(run.runs_dir) / "fast" / SOURCE_RUN
-    assert f"from: notebook 05's run in {source}" in run.text()
+    assert f"from: {origin} {source}" in run.text()
     assert "nothing to reuse" not in run.text()
     # it trained no run of its own, and saw no other notebook's runs
     assert sorted(p.name for p in source.parent.iterdir()) == [SOURCE_RUN]

@@ -135,7 +135,12 @@ def test_the_run_curves_plot_both_runs_with_their_labels():
 
 @pytest.mark.parametrize(
     "stem",
-    ["05_sync_training_loop", "06_async_training_loop", "07_base_vs_grpo_eval"],
+    [
+        "05_sync_training_loop",
+        "06_async_training_loop",
+        "07_evaluating_a_trained_model",
+        "08_what_grpo_learned",
+    ],
 )
 def test_the_training_notebooks_plot_the_recorded_run(stem):
     nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", 4)

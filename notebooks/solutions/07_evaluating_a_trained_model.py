@@ -1,4 +1,4 @@
-"""Solutions to the exercises of 07_base_vs_grpo_eval.ipynb.
+"""Solutions to the exercises of 07_evaluating_a_trained_model.ipynb.
 
 tests/test_notebooks_05_07.py checks these functions against
 ``grpo_helpers.evaluation``.

@@ -1,4 +1,4 @@
-"""Solutions to the exercises of 08_what_the_knobs_do.ipynb.
+"""Solutions to the exercises of 09_what_the_knobs_do.ipynb.
 
 tests/test_notebooks_05_07.py checks these functions against
 ``grpo_helpers.advantages``.
