@@ -1,36 +1,38 @@
-"""The numbers in the prose are the recorded runs' numbers.
+"""The numbers in the prose are the recorded runs' numbers, in their sentences.
 
-Notebooks 07 and 08 and the README explain results in sentences, and a sentence
-quotes numbers. ``bench/recorded_facts.py`` recomputes each of them from the
-recorded per-question records; here every quoted fact must appear word for word in
-the cell (or README section) that cites it. Re-record a run and this test names
-the sentences to rewrite.
+The notebooks, the README and ``docs/`` explain results in sentences, and a
+sentence quotes numbers. ``grpo_helpers.facts`` recomputes each of them from the
+recorded records (completions graded again from their text). Every citation below
+is a *template*: a piece of the sentence with ``{fact}`` where a number goes. The
+template, filled in with the recorded facts, must appear word for word in the cell
+or page section that cites it, bounded by anything but a digit, a letter or a
+decimal point: so a fact is anchored to the words around it, "3%" never matches
+inside "43%", and two facts cannot swap places unnoticed. Where two citations of one
+place render the same text, that text must appear as often. Re-record a run and this
+test names the sentences to rewrite (``python bench/recorded_facts.py`` prints the
+facts).
 """
 
 from __future__ import annotations
 
+import re
+from collections import Counter
 from functools import cache
 from pathlib import Path
 
 import nbformat
 import pytest
-from benches import load_bench
+
+from grpo_helpers import facts
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-#: ``bench/<name>.py``, imported once per session.
-bench_module = cache(load_bench)
+NB08 = "08_what_grpo_learned"
+NB09 = "09_what_the_knobs_do"
 
 
 @cache
-def facts() -> dict[str, dict[str, str]]:
-    module = bench_module("recorded_facts")
-    return {
-        "run": module.run_facts(),
-        "shaped": module.shaped_facts(),
-        "ablation": module.ablation_facts(),
-    }
+def recorded() -> dict[str, dict[str, str]]:
+    return facts.all_facts()
 
 
 def markdown_cell(stem: str, start: str) -> str:
@@ -45,236 +47,271 @@ def markdown_cell(stem: str, start: str) -> str:
     return found[0]
 
 
-def readme_section(title: str) -> str:
-    text = (ROOT / "README.md").read_text()
+def page_section(path: str, title: str) -> str:
+    """The section of a markdown page under the heading ``title``, up to the next
+    heading of the same or a higher level."""
+    text = (ROOT / path).read_text()
     start = text.index(f"\n{title}\n")
-    end = text.find("\n## ", start + 1)
-    return text[start : end if end > 0 else None]
-
-
-NB07 = "07_base_vs_grpo_eval"
-NB08 = "08_what_the_knobs_do"
-
-#: (where, the start of the cell or the README heading, which facts, keys quoted).
-CITED: list[tuple[str, str, str, list[str]]] = []
-
-
-def cites(where: str, start: str, source: str, *keys: str) -> None:
-    CITED.append((where, start, source, list(keys)))
-
-
-cites(
-    NB07,
-    "**Reading it.** In the recorded run",
-    "run",
-    "gain sources",
-    "base: copied the example",
-    "base: cut off",
-    "base: right, unboxed",
-    "trained: right operation, wrong result",
-    "trained: wrong operation",
-    "trained: repeats the example's words",
-)
-cites(
-    NB07,
-    "**Reading it.** Neither prompt",
-    "run",
-    "zero-shot exact",
-    "zero-shot: cut off",
-    "arithmetic example boxed",
-    "arithmetic example: writes no expression",
-    "arithmetic example exact",
-    "beyond prompting exact",
-    "beyond prompting lenient",
-    "trained: writes no expression",
-)
-cites(
-    NB07,
-    "**Reading it.** On GSM8K",
-    "run",
-    "gsm8k exact",
-    "gsm8k lenient",
-    "gsm8k cut off base",
-    "gsm8k cut off trained",
-)
-cites(
-    NB07,
-    "## Summary",
-    "run",
-    "gain sources",
-    "arithmetic example boxed",
-    "beyond prompting exact",
-    "gsm8k exact",
-)
-
-cites(
-    NB07,
-    "**Reading it.** Read the shaped rows first.",
-    "shaped",
-    "boxed early",
-    "exact early",
-    "exact",
-    "shaped vs defaults exact",
-)
-cites(
-    NB07,
-    "**Reading it.** Read the shaped rows first.",
-    "run",
-    "boxed early",
-)
-#: The baseline of the ablation on every recorded seed, quoted both in notebook 08
-#: and in the README.
-ABLATION_SEEDS = tuple(f"baseline seed {seed}" for seed in (0, 1, 2))
-cites(
-    NB08,
-    "## 7. What this ablation supports",
-    "ablation",
-    "seeds read",
-    "seeds left out",
-    *ABLATION_SEEDS,
-)
-cites(
-    NB08,
-    "- **A KL penalty",
-    "ablation",
-    "KL beta=0.2: exact points gained",
-    "baseline: exact points gained",
-    "KL beta=0.2: KL to base (k3)",
-    "baseline: KL to base (k3)",
-    "KL beta=0.2 exact",
-    "KL beta=0.2 lenient",
-    "KL beta=0.2: boxed",
-    "baseline: boxed",
-)
-cites(
-    NB08,
-    "- **The binary reward**",
-    "ablation",
-    "binary reward: steps with the baseline's reward",
-    "binary reward exact",
-    "binary reward lenient",
-    "binary reward: boxed",
-    "baseline: boxed",
-)
-cites(
-    NB08,
-    "- **Std-scaled advantages**",
-    "ablation",
-    "std-scaled advantages exact",
-    "constant (Dr. GRPO): first step off 1/max_tokens",
-    "constant (Dr. GRPO): steps with the baseline's reward",
-    "constant (Dr. GRPO): test answers unlike the baseline's",
-    "constant (Dr. GRPO) exact",
-)
-cites(
-    NB08,
-    "- **PPO with $\\mu = 2$**",
-    "ablation",
-    "ppo, mu=2: clip fraction",
-    "ppo, mu=2 exact",
-    "sequence-mean: gradient norm / baseline's",
-    "sequence-mean: steps with the baseline's reward",
-    "sequence-mean exact",
-)
-
-cites(
-    "README",
-    "## Results",
-    "run",
-    "gain sources",
-    "exact early",
-    "lenient early",
-    "gsm8k exact",
-    "gsm8k lenient",
-    "arithmetic example: writes no expression",
-    "arithmetic example boxed",
-    "gsm8k cut off base",
-)
-cites("README", "## Results", "shaped", "exact", "lenient", "boxed early")
-cites(
-    "README",
-    "### The recorded run",
-    "ablation",
-    *ABLATION_SEEDS,
-    "KL beta=0.2 exact",
-)
+    level = len(title) - len(title.lstrip("#"))
+    following = re.compile(rf"\n#{{1,{level}}} ")
+    found = following.search(text, start + 1)
+    return text[start : found.start() if found else None]
 
 
 def text_of(where: str, start: str) -> str:
-    return readme_section(start) if where == "README" else markdown_cell(where, start)
+    if where.endswith(".md"):
+        return page_section(where, start)
+    return markdown_cell(where, start)
 
 
-@pytest.mark.parametrize(
-    "where,start,source,keys", CITED, ids=[f"{w}:{s[:30]}:{f}" for w, s, f, _ in CITED]
-)
-def test_the_prose_quotes_the_recorded_numbers(where, start, source, keys):
-    text = " ".join(text_of(where, start).split())
-    missing = [
-        f"{key}: {facts()[source][key]!r}"
-        for key in keys
-        if " ".join(facts()[source][key].split()) not in text
+def _normal(text: str) -> str:
+    """Whitespace collapsed, and markdown's emphasis marks dropped."""
+    return " ".join(text.replace("**", "").replace("*", "").split())
+
+
+def render(template: str, values: dict[str, str]) -> str:
+    """The template with each ``{key}`` replaced by its fact.
+
+    Raises:
+        KeyError: a key that names no recorded fact.
+    """
+    keys = re.findall(r"\{([^{}]+)\}", template)
+    out = template
+    for key in keys:
+        out = out.replace("{" + key + "}", values[key])
+    return _normal(out)
+
+
+def occurrences(text: str, piece: str) -> int:
+    """How often ``piece`` occurs in ``text`` bounded by no digit, letter or
+    decimal part on either side (so "3%" does not occur in "43%", nor "3" in
+    "3.5"); a full stop that ends the sentence is fine."""
+    pattern = rf"(?<![\w.]){re.escape(piece)}(?!\w|\.\d)"
+    return len(re.findall(pattern, text))
+
+
+def missing_citations(
+    text: str, templates: list[str], values: dict[str, str]
+) -> list[str]:
+    """The rendered templates that ``text`` lacks (or holds fewer times than the
+    templates ask for it)."""
+    text = _normal(text)
+    wanted = Counter(render(t, values) for t in templates)
+    return [
+        f"{piece!r} (needed {count}x, found {occurrences(text, piece)}x)"
+        for piece, count in wanted.items()
+        if occurrences(text, piece) < count
     ]
-    assert not missing, (
-        f"{where} ({start!r}) does not quote, word for word, what "
-        f"bench/recorded_facts.py computes: {missing}"
-    )
 
 
-#: The final-split runs of notebook 05's defaults, one JSON per seed.
-FINAL_SEEDS = ROOT / "bench" / "results" / "notebook-final"
-#: The final-split runs of the same settings with the worked reward.
-WORKED_SEEDS = ROOT / "bench" / "results" / "worked-final"
-#: The same with worked_v2; its validation seeds (2, 9) share the folder.
-WORKED_V2_SEEDS = ROOT / "bench" / "results" / "worked-v2"
+#: (where, the start of the cell or the page heading, which facts, templates).
+CITED: list[tuple[str, str, str, list[str]]] = []
+
+
+def cites(where: str, start: str, source: str, *templates: str) -> None:
+    CITED.append((where, start, source, list(templates)))
+
+
+# --------------------------------------------------------------- notebook 08
+cites(
+    NB08,
+    "**Reading it.** In the recorded run",
+    "run",
+    "the net exact gain is {gain sources}.",
+    "{base: copied the example} base answers copied the strawberry example and "
+    "{base: cut off} others were cut off",
+    "only {base: right, unboxed} base answers had the right number without it",
+    "{trained: right operation, wrong result} use the right operation and get a "
+    "wrong result, {trained: wrong operation} the wrong operation",
+    "{trained: repeats the example's words} trained answers open with the "
+    "example's words",
+)
+cites(
+    NB08,
+    "**Reading it.** Neither prompt",
+    "run",
+    "the base model boxes nothing (exact {zero-shot exact}) and {zero-shot: cut off} "
+    "answers are cut off",
+    "it boxes {arithmetic example boxed} of its answers, but "
+    "{arithmetic example: writes no expression} are a bare boxed number",
+    "exact accuracy stays at {arithmetic example exact}",
+    "The best prompt against the trained model, exact: {beyond prompting exact}; "
+    "lenient: {beyond prompting lenient}.",
+    "its answers write their expression ({trained: writes no expression} do not",
+)
+cites(
+    NB08,
+    "**Reading it.** On GSM8K",
+    "run",
+    "the recorded run goes exact {gsm8k exact} and lenient {gsm8k lenient}",
+    "cut off {gsm8k cut off base} of the base model's answers and "
+    "{gsm8k cut off trained} of the trained model's",
+)
+cites(
+    NB08,
+    "## Summary",
+    "run",
+    "In the recorded run: {gain sources}.",
+    "buys the box ({arithmetic example boxed} of answers)",
+    "GRPO against that best prompt, exact: {beyond prompting exact}.",
+    "the recorded run shows no measurable change (exact {gsm8k exact}).",
+)
+cites(
+    NB08,
+    "**Reading it.** Read the shaped rows first.",
+    "shaped",
+    "After 8 steps the shaped run boxes {boxed early} of its answers while its exact "
+    "accuracy goes {exact early};",
+    "By step 30 it has learned some arithmetic too, exact {exact}.",
+)
+cites(
+    NB08,
+    "**Reading it.** Read the shaped rows first.",
+    "run",
+    "the default run boxes {boxed early} at that point.",
+)
+
+# --------------------------------------------------------------- notebook 09
+cites(
+    NB09,
+    "**Reading it.** The two runs share",
+    "noise pair",
+    "The two runs share their rewards for {steps shared from the start}, then part: "
+    "{steps with the same reward} share the reward.",
+    "They end at {final exact} exact: {flips}.",
+)
+
+# ---------------------------------------------------------------- the README
+cites(
+    "README.md",
+    "## Results",
+    "run",
+    "Seed 0, the recorded run that the notebooks plot, went exact {exact}.",
+    "What was learned (seed 0, notebook 08): {gain sources}.",
+    "exact {beyond prompting exact}.",
+    "exact {gsm8k exact}.",
+)
 
 
 @pytest.mark.parametrize(
-    "directory", [FINAL_SEEDS, WORKED_SEEDS, WORKED_V2_SEEDS], ids=lambda p: p.name
+    "where,start,source,templates",
+    CITED,
+    ids=[f"{w}:{s[:30]}:{f}" for w, s, f, _ in CITED],
 )
-def test_the_readme_seed_table_is_the_bench_table(directory):
-    """The README's rows for the final-split seeds are what ``bench/cpu_grpo_demo.py
-    --table`` prints for every test-split seed file recorded, word for word (the
-    summary line that counts the seeds included), for the defaults, the worked
-    reward and worked_v2."""
-    bench = bench_module("cpu_grpo_demo")
-    files = sorted(
-        directory.glob("cpu_grpo_demo-notebook-seed[0-9]*.json"),
-        key=lambda p: int(p.stem.rsplit("seed", 1)[1]),
-    )
-    results = [r for path in files for r in bench.load_results(path)]
-    if directory != WORKED_V2_SEEDS:  # only worked-v2 holds validation seeds too
-        assert all(r["split"] == "test" for r in results)
-    results = [r for r in results if r["split"] == "test"]
-    assert len(results) >= 3, files
-    table = bench.markdown_table(results)
-    text = readme_section("## Results")
-    missing = [line for line in table.splitlines() if line and line not in text]
-    seeds = " ".join(f.stem.rsplit("-", 1)[1] for f in files)
+def test_the_prose_quotes_the_recorded_numbers(where, start, source, templates):
+    missing = missing_citations(text_of(where, start), templates, recorded()[source])
     assert not missing, (
-        f"README's ## Results lacks these lines of `python bench/cpu_grpo_demo.py "
-        f"--table` over {seeds} (paste the table again): {missing}"
+        f"{where} ({start!r}) lacks these sentences as bench/recorded_facts.py "
+        f"computes them: {missing}"
     )
 
 
-def test_ablation_step_facts_count_every_recorded_seed(tmp_path):
-    """A variant's step and gradient facts pool its seeds, not the last one read:
-    a second seed identical to the first doubles the steps counted."""
-    import json
+def test_a_fact_never_matches_inside_another_number():
+    values = {"a": "3%", "b": "0%"}
+    assert missing_citations("exact 43% after", ["{a}"], values)
+    assert missing_citations("went 10% -> 38%", ["{b}"], values)
+    assert not missing_citations("exact 3% after and 0% before", ["{a}", "{b}"], values)
+    assert missing_citations("exact 3.5%", ["{a}"], {"a": "3"})  # not inside 3.5
 
-    source = ROOT / "data" / "reference_runs" / "ablation"
-    single, double = tmp_path / "one", tmp_path / "two"
-    single.mkdir(), double.mkdir()
-    for stem in ("baseline-seed0", "constant--dr--grpo-seed0"):
-        record = json.loads((source / f"{stem}.json").read_text())
-        for folder in (single, double):
-            (folder / f"{stem}.json").write_text(json.dumps(record))
-        record["seed"] = 1
-        (double / f"{stem[:-1]}1.json").write_text(json.dumps(record))
-    one = bench_module("recorded_facts").ablation_facts(single)
-    two = bench_module("recorded_facts").ablation_facts(double)
-    assert two["seeds read"] == "seeds 0 and 1"
-    key = "constant (Dr. GRPO): steps with the baseline's reward"
-    same, _, total, _ = one[key].split()
-    assert two[key] == f"{2 * int(same)} of {2 * int(total)} steps"
-    key = "constant (Dr. GRPO): gradient norm / baseline's"
-    assert two[key] == one[key]
+
+def test_two_facts_with_one_value_need_two_occurrences():
+    values = {"exact": "1% -> 2% (p = 1)", "lenient": "1% -> 2% (p = 1)"}
+    once = "On GSM8K: 1% -> 2% (p = 1) on both grades."
+    assert missing_citations(once, ["{exact}", "{lenient}"], values)
+    twice = "exact 1% -> 2% (p = 1) and lenient 1% -> 2% (p = 1)"
+    assert not missing_citations(twice, ["{exact}", "{lenient}"], values)
+
+
+def test_swapping_two_numbers_between_sentences_fails():
+    """The knobs notebook's seed-level bullets: swap the KL penalty's per-seed
+    gains with the baseline's, and the citation check names both sentences."""
+    text = markdown_cell(NB09, "## What this ablation supports")
+    values = recorded()["ablation"]
+    kl = values["KL beta=0.2: exact points gained"].split(" points")[0]
+    base = values["baseline: exact points gained"].split(" points")[0]
+    templates = [
+        t for w, s, f, ts in CITED if w == NB09 and f == "ablation" for t in ts
+    ]
+    templates = [t for t in templates if "exact points gained" in t]
+    assert templates and not missing_citations(text, templates, values)
+    swapped = text.replace(kl, "\0").replace(base, kl).replace("\0", base)
+    assert swapped != text
+    assert missing_citations(swapped, templates, values)
+
+
+def test_the_facts_regrade_the_completions(monkeypatch):
+    """A stored grade is never trusted: flipping every stored ``exact`` of the
+    recorded run changes no fact."""
+    from grpo_helpers import reference
+
+    load = reference.load_run
+
+    def tampered(name=reference.DEFAULT_RUN):
+        run = load(name)
+        run.trained = run.trained.assign(exact=~run.trained["exact"].astype(bool))
+        run.base = run.base.assign(exact=~run.base["exact"].astype(bool))
+        return run
+
+    monkeypatch.setattr(reference, "load_run", tampered)
+    assert facts.run_facts() == recorded()["run"]
+
+
+# ------------------------------------------------------------ the seed tables
+SEED_TABLES = ROOT / "bench" / "results"
+
+
+def seed_results(folder: str, seeds: tuple[int, ...]) -> list[dict]:
+    return [
+        r
+        for seed in seeds
+        for r in facts.load_seed_results(
+            SEED_TABLES / folder / f"cpu_grpo_demo-notebook-seed{seed}.json"
+        )
+    ]
+
+
+#: The final-split seeds of notebook 05's defaults that no run had used (README).
+UNUSED_SEEDS = (18, 19, 20, 21, 22, 23)
+
+
+def test_the_readme_table_is_generated_from_the_seed_records():
+    """Every line of the README's results table is what ``facts.front_table``
+    prints for the six unused final seeds, and the summary quotes
+    ``facts.seed_summary`` over them."""
+    results = seed_results("worked-v2", UNUSED_SEEDS)
+    assert all(r["split"] == "test" for r in results)
+    text = page_section("README.md", "## Results")
+    missing = [
+        line for line in facts.front_table(results).splitlines() if line not in text
+    ]
+    assert not missing, missing
+    parts = []
+    for grade in ("exact", "lenient"):
+        s = facts.seed_summary(results, grade)
+        parts.append(
+            f"{grade} {100 * s['mean']:+.0f} points [{100 * s['low']:+.0f}, "
+            f"{100 * s['high']:+.0f}]"
+        )
+    assert occurrences(_normal(text), " and ".join(parts)), parts
+
+
+@pytest.mark.parametrize(
+    ("folder", "seeds"),
+    [
+        ("notebook-final", (0, 1, 3, 5, 6, 7, 8, 9, 10, 11)),
+        ("worked-final", (12, 13, 14, 15, 16, 17)),
+        ("worked-v2", (0, *UNUSED_SEEDS)),
+    ],
+)
+def test_the_results_page_tables_are_generated(folder, seeds):
+    """docs/results.md's seed tables, cell by cell, are what ``facts.seed_table``
+    prints from the seed records (``python bench/cpu_grpo_demo.py --table ...``)."""
+    results = seed_results(folder, seeds)
+    assert all(r["split"] == "test" for r in results)
+    text = (ROOT / "docs" / "results.md").read_text()
+    table = facts.seed_table(results)
+    missing = [line for line in table.splitlines() if line and line not in text]
+    assert not missing, (
+        f"docs/results.md lacks these lines of `python bench/cpu_grpo_demo.py "
+        f"--table` over {folder} seeds {seeds}: {missing}"
+    )
