@@ -6,6 +6,10 @@
 
 PYTHON ?= python3
 VENV   ?= .venv
+# The one supported minimum (pyproject.toml's requires-python): TRL 1.16 needs it.
+comma            := ,
+PYTHON_MIN       := 3.11
+PYTHON_MIN_TUPLE := $(subst .,$(comma) ,$(PYTHON_MIN))
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
@@ -36,6 +40,9 @@ endif
 setup: $(STAMP)
 
 $(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < ($(PYTHON_MIN_TUPLE)))' \
+		|| { echo "grpo-notebooks needs Python >= $(PYTHON_MIN); $(PYTHON) is older:" \
+		"make setup PYTHON=python$(PYTHON_MIN)"; exit 1; }
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(if $(filter pip,$(UV)),,$(PY) -m pip install --quiet --disable-pip-version-check \
 		uv==$(UV_VERSION))

@@ -384,7 +384,7 @@ def write_run(
     meta = {
         "schema": SCHEMA,
         "command": command,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "hardware": hardware(),
         "versions": versions(),
         "provenance": provenance(settings.get("base_model")),
