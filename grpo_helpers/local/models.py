@@ -26,7 +26,8 @@ any other name
     A Hugging Face model id, as ``hub:<id>``.
 
 A name that cannot be found raises one :class:`ModelNotFoundError` that says what was
-tried and what to do next.
+tried and what to do next. The module stays whole: each name's resolution, its
+on-disk cache and its load are one path, read top to bottom.
 
 Example::
 
