@@ -327,6 +327,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     mode = getattr(args, "mode", "sync")
     folder = export.export_trl(config, out, overwrite=args.overwrite, mode=mode)
     print(f"TRL export of {config.weights_name!r}: {folder}")
+    for topic, text in trl_mapping.run_notes(config):
+        print(f"  note ({topic}): {text}.")
     print(f"  {folder / 'README.md'} says how to launch it; on this CPU:")
     print(f"  cd {folder} && python train_grpo.py --config grpo_config_cpu.yaml")
     return 0
