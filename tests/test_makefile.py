@@ -184,3 +184,18 @@ def test_no_slow_test_is_handed_out_last(request):
     n = len(items)
     late = [i.nodeid for i in items[3 * n // 4 :] if i.get_closest_marker("slow")]
     assert not late, late
+
+
+def test_the_conda_environment_takes_the_cpu_build():
+    """environment.yml installs the project through pip, which would take PyPI's
+    CUDA build of torch on Linux: it names PyTorch's CPU index, as make setup does
+    on a machine without a GPU."""
+    import yaml
+
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pip
+    assert (
+        "CPU_INDEX := https://download.pytorch.org/whl/cpu"
+        in (ROOT / "Makefile").read_text()
+    )
