@@ -126,7 +126,7 @@ def environment_report(
     if engine and SETTINGS.backend == "local":
         model = DEFAULT_BASE_MODELS["local"]
         fast = " (fast mode trains tiny-random, a 2-layer random model)" if FAST else ""
-        lines.append(f"model: {model}{fast} is {SMOLLM2_GGUF_NOTE}")
+        lines.append(f"model: {model}{fast} is {SMOLLM2_GGUF_NOTE}.")
     return "\n".join(lines)
 
 

@@ -54,7 +54,7 @@ def _heldout_text(heldout: dict[str, Any] | None) -> str:
 
 def _base_text(base: dict[str, Any]) -> str:
     file = base["file"]
-    lines = [f"**{base['words']}.**", ""]
+    lines = [f"**{base['words'].rstrip('.')}.**", ""]
     if file.get("sha256"):
         lines.append(f"- file: `{file['file']}`, SHA-256 `{file['sha256']}`")
     if base.get("package"):

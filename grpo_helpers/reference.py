@@ -344,7 +344,7 @@ def model_words(base_model: str | None) -> str:
         True
     """
     if _is_default_smollm2(base_model):
-        return f"{DEFAULT_BASE_MODELS['local']}: {SMOLLM2_GGUF_NOTE}"
+        return f"{DEFAULT_BASE_MODELS['local']}: {SMOLLM2_GGUF_NOTE}."
     if str(base_model).startswith("hub:"):
         return f"{str(base_model)[4:]}: the original weights from the Hugging Face hub"
     return str(base_model)

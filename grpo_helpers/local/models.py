@@ -258,7 +258,7 @@ def resolve_model(base_model: str) -> ModelSource:
                 "another model than the one the series' results come from."
             ) from None
         note = SMOLLM2_GGUF_NOTE[0].upper() + SMOLLM2_GGUF_NOTE[1:]
-        return ModelSource(name, "gguf", str(gguf), f"{SMOLLM2} ({gguf.name}): {note}")
+        return ModelSource(name, "gguf", str(gguf), f"{SMOLLM2} ({gguf.name}): {note}.")
     path = Path(name).expanduser()
     if path.is_dir():
         return ModelSource(name, "directory", str(path.resolve()), f"directory {path}")
