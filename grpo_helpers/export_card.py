@@ -45,7 +45,8 @@ def _heldout_text(heldout: dict[str, Any] | None) -> str:
     return (
         f"Greedy, on the first {heldout['n']} questions of the {heldout['dataset']} "
         f"test split (held out from training), at most {s['max_tokens']} tokens per "
-        f"answer, graded exactly (`rewards`' binary grade), by the local engine:\n\n"
+        f"answer, exact grade (the boxed answer equals the gold one), by the local "
+        "engine:\n\n"
         "| model | exact [95% CI] |\n|---|---|\n"
         f"| base | {acc('base')} |\n| this run | {acc('trained')} |\n\n"
         f"{heldout['summary_line']}."
@@ -69,8 +70,8 @@ def _base_text(base: dict[str, Any]) -> str:
             f"gguf_file='{Path(base['gguf']).name}', dtype=torch.float32)`), or in a "
             "grpo-notebooks checkout `grpo_helpers.local.models.pretrained_dir()`. "
             "The hub's `HuggingFaceTB/SmolLM2-135M-Instruct` holds the original "
-            "weights: this adapter was not trained on them, and was not compared "
-            "on them.",
+            "weights: the run did not train on them, and this export was not "
+            "compared on them.",
         ]
     return "\n".join(lines)
 
@@ -116,8 +117,8 @@ def model_card(
         )
     else:
         what = (
-            "The base model below with a LoRA adapter trained with GRPO by the "
-            "grpo-notebooks series merged into its weights (float32)."
+            "The base model below, with a LoRA adapter that the grpo-notebooks "
+            "series trained with GRPO merged into its weights (float32)."
         )
         load = (
             "```python\nfrom transformers import AutoModelForCausalLM, AutoTokenizer\n"

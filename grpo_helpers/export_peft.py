@@ -334,7 +334,7 @@ def export_peft(
     base = base_facts(run.config.model_name)
     heldout = held_out_result(run, questions, tokens)
     notes = []
-    if run.meta.get("train_unembed", True):
+    if not merged and run.meta.get("train_unembed", True):
         notes.append(
             "The adapter adapts the output layer (lm_head) too, as PyTRIO's "
             "trainer does. vLLM's LoRA serving does not load an lm_head adapter: "
