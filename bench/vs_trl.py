@@ -1,31 +1,44 @@
-"""One GRPO step of notebook 05's run: the local engine against TRL, in one process.
+"""One GRPO step of notebook 05's run: the local engine against TRL, like for like.
 
-Same conditions on both sides: SmolLM2-135M-Instruct on this CPU, the series'
-prompt on the arithmetic problems, 2 prompts x 8 completions of at most 48 tokens at
-temperature 0.6, LoRA rank 16 (``presets.NOTEBOOK``), then one optimiser step on the
-16 completions.
+Same conditions on both sides: SmolLM2-135M-Instruct (the dequantised 4-bit GGUF)
+on this CPU, the series' prompt on the arithmetic problems, 2 prompts x 8
+completions of at most 48 tokens at temperature 0.6, LoRA rank 16
+(``presets.NOTEBOOK``), then one optimiser step on the 16 completions.
 
-* **local**: the series' sync step (``training.train_sync``'s body): a sampler
-  frozen at the current weights, one group per prompt, Datums, one
-  ``forward_backward`` and one ``optim_step`` (shared prompts, merged sampler).
-* **TRL**: the ``GRPOTrainer`` that ``python -m grpo_helpers export trl`` writes
-  for the same run (``train_grpo.py`` with ``grpo_config_cpu.yaml``): generation
-  with ``transformers``' ``generate``, then one optimiser step.
+* **local**: the series' sync step on today's engine (``training.train_sync``'s
+  body): a sampler frozen at the current weights (merged sampler, packed products,
+  prompt memory), one group per prompt with the series' rewards and advantages,
+  Datums, one ``forward_backward`` and one ``optim_step``.
+* **TRL**: the ``GRPOTrainer`` that ``python -m grpo_helpers export trl`` writes for
+  the same run (``train_grpo.py`` with ``grpo_config_cpu.yaml``), one step of its
+  own training loop.
 
-Every completion carries a gradient on both sides: TRL never skips a group, so the
-local side's advantages are made non-zero as in ``bench/step_time.py`` (an
-untrained SmolLM2 leaves most groups degenerate, and the series would skip them).
-*Sampling* is everything before the training pass (generation, rewards,
-advantages: TRL's ``_generate_and_score_completions``), *training* the rest of the
-step. On a CPU, TRL's fused log-prob kernel scores every position of the batch, the
-prompt's included (only the completion's where Triton runs, on a GPU). Sides
-alternate (local, TRL, local, ...), after one warm-up step each; times
-are the medians, peaks the largest peak resident memory of a step above the
-process at its start (``PeakMemory`` of ``bench/step_time.py``).
+Each phase is compared on the same work:
+
+* **sampling**, per generated token: each side samples its own completions for the
+  same prompts (TRL with ``transformers``' ``generate``, the rewards and
+  advantages included: ``_generate_and_score_completions``), and the seconds per
+  completion token are compared, since the two draw different completions.
+* **training**, on the *same* completions: TRL's step trains on the local side's
+  completions of that repeat, with the same advantages (the series' group
+  advantages, zero for a tied group on both sides, as TRL never skips one),
+  teacher-forced on both sides: its generation still runs and is timed, then
+  its batch is replaced by the local side's before the loss. Both sides'
+  trained completions are recorded and compared (``same_completions``).
+* **step**: the local step as measured; TRL's as its sampling seconds per token
+  times the local side's completion tokens, plus its training on them (its step
+  as measured, on its own completions' sampling, is printed too).
+* **peak memory**: the largest peak resident memory of a step above the process
+  at its start (``PeakMemory`` of ``bench/step_time.py``).
+
+Sides alternate (local, TRL, local, ...) in one process after one warm-up step
+each; each ratio is TRL's median over the local engine's median. On a CPU, TRL's
+fused log-prob kernel scores every position of the batch, the prompt's included
+(only the completion's where Triton runs, on a GPU). Timings need a quiet machine.
 
 Run::
 
-    python bench/vs_trl.py            # SmolLM2, notebook 05's step, 3 repeats
+    python bench/vs_trl.py            # SmolLM2, notebook 05's step, 5 repeats
     python bench/vs_trl.py --quick    # tiny-random, 1 repeat: a smoke run
 
 The last line is for a script to read (TRL's time over the local engine's)::
@@ -55,7 +68,7 @@ PHASES = ("sampling", "training", "step")
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
-    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--out", default=None, help="also write the numbers as JSON here")
     p.add_argument(
         "--quick",
@@ -78,7 +91,40 @@ def run_config(args: argparse.Namespace) -> Any:
     if args.quick:
         settings |= {"group_size": 2, "max_tokens": 4, "lora_rank": 4}
         args.model, args.repeats = "tiny-random", 1
-    return GRPOConfig(backend="local", base_model=args.model, **settings)
+    config = GRPOConfig(backend="local", base_model=args.model, **settings)
+    # what TRL's batch below holds: no reference or old logprobs to carry over
+    if config.updates_per_batch != 1 or config.kl_coef != 0:
+        raise SystemExit("vs_trl compares one update without a KL penalty")
+    return config
+
+
+class Completions:
+    """The completions a step trains on: one row per completion (a plain class:
+    tests load this script without registering it as a module, which a
+    dataclass needs)."""
+
+    def __init__(
+        self,
+        prompts: list[list[int]],
+        completions: list[list[int]],
+        advantages: list[float],
+    ) -> None:
+        self.prompts = prompts
+        self.completions = completions
+        self.advantages = advantages
+
+    def rows(self) -> list[tuple[tuple[int, ...], tuple[int, ...], float]]:
+        """Order-free form, to compare what two trainers saw."""
+        return sorted(
+            (tuple(p), tuple(c), round(float(a), 6))
+            for p, c, a in zip(
+                self.prompts, self.completions, self.advantages, strict=True
+            )
+        )
+
+    @property
+    def tokens(self) -> int:
+        return sum(len(c) for c in self.completions)
 
 
 class LocalStep:
@@ -110,7 +156,7 @@ class LocalStep:
             learning_rate=config.learning_rate, beta1=config.beta1, beta2=config.beta2
         )
 
-    def __call__(self, seed: int) -> dict[str, float]:
+    def __call__(self, seed: int) -> tuple[dict[str, float], Completions]:
         from grpo_helpers import advantages, datum, rollout, step_math
 
         config = self.config
@@ -129,11 +175,12 @@ class LocalStep:
                 self.reward,
                 config.advantage_scale,
             )
-            for j, sample in enumerate(samples):  # every completion trains
-                sample.advantage = (j % 3 - 1) * 0.25
             groups.append(step_math.PromptGroup(i, prompt, gold, samples))
         t1 = time.perf_counter()
-        datums = []  # as step_math.build_step_datums, no group skipped
+        # As step_math.build_step_datums, with the series' advantages, but no group
+        # skipped: TRL trains on tied groups too (their advantages are 0 on both).
+        datums = []
+        shared = Completions([], [], [])
         for group in groups:
             lengths = [len(s.tokens) for s in group.samples]
             scales = advantages.length_scales(
@@ -144,20 +191,67 @@ class LocalStep:
                 datums.append(
                     datum.build_grpo_datum(group.prompt_tokens, sample, per_token)
                 )
+                shared.prompts.append(list(group.prompt_tokens))
+                shared.completions.append(list(sample.tokens))
+                shared.advantages.append(float(sample.advantage))
         self.tc.forward_backward(datums, config.loss_fn, config.loss_fn_config)
         self.tc.optim_step(self.adam).result()
         t2 = time.perf_counter()
-        sampled = sum(len(s.tokens) for g in groups for s in g.samples)
-        return {
+        times = {
             "sampling": t1 - t0,
             "training": t2 - t1,
             "step": t2 - t0,
-            "sampled_tokens": sampled,
+            "sampled_tokens": shared.tokens,
+            "trained_tokens": shared.tokens,
         }
+        return times, shared
+
+
+def trl_batch(shared: Completions, pad: int) -> dict[str, Any]:
+    """``shared`` as TRL's trainer holds a generated batch: prompts padded on the
+    left, completions on the right, one advantage per completion."""
+    import torch
+
+    width = max(len(p) for p in shared.prompts)
+    length = max(len(c) for c in shared.completions)
+    prompt_ids = [[pad] * (width - len(p)) + p for p in shared.prompts]
+    prompt_mask = [[0] * (width - len(p)) + [1] * len(p) for p in shared.prompts]
+    completion_ids = [c + [pad] * (length - len(c)) for c in shared.completions]
+    completion_mask = [
+        [1] * len(c) + [0] * (length - len(c)) for c in shared.completions
+    ]
+    mask = torch.tensor(completion_mask, dtype=torch.int)
+    return {
+        "prompt_ids": torch.tensor(prompt_ids, dtype=torch.long),
+        "prompt_mask": torch.tensor(prompt_mask, dtype=torch.long),
+        "completion_ids": torch.tensor(completion_ids, dtype=torch.long),
+        "completion_mask": mask,
+        "advantages": torch.tensor(shared.advantages, dtype=torch.float32),
+        "num_items_in_batch": mask.sum(),
+    }
+
+
+def trained_rows(inputs: dict[str, Any]) -> Completions:
+    """What TRL's loss was given, back as rows (padding dropped)."""
+    out = Completions([], [], [])
+    rows = zip(
+        inputs["prompt_ids"].tolist(),
+        inputs["prompt_mask"].tolist(),
+        inputs["completion_ids"].tolist(),
+        inputs["completion_mask"].tolist(),
+        inputs["advantages"].reshape(-1).tolist(),
+        strict=True,
+    )
+    for p, pm, c, cm, a in rows:
+        out.prompts.append([t for t, m in zip(p, pm, strict=True) if m])
+        out.completions.append([t for t, m in zip(c, cm, strict=True) if m])
+        out.advantages.append(a)
+    return out
 
 
 class TRLStep:
-    """One optimiser step of the exported run's ``GRPOTrainer`` (TRL)."""
+    """One optimiser step of the exported run's ``GRPOTrainer`` (TRL), trained on
+    the completions it is given after generating (and timing) its own."""
 
     def __init__(self, config: Any, folder: Path, out: Path) -> None:
         import importlib.util
@@ -184,18 +278,30 @@ class TRLStep:
         self.trainer = script.build_trainer(
             folder / "grpo_config_cpu.yaml", overrides=overrides, folder=folder
         )
+        self.pad = int(self.trainer.processing_class.pad_token_id)
         self.times: dict[str, float] = {}
+        self.shared: Completions | None = None
+        self.trained: list[Completions] = []
         generate = self.trainer._generate_and_score_completions
+        compute_loss = self.trainer.compute_loss
         times = self.times
 
-        def timed(*args: Any, **kwargs: Any) -> Any:
+        def generate_then_swap(*args: Any, **kwargs: Any) -> Any:
             t = time.perf_counter()
-            out = generate(*args, **kwargs)
+            own = generate(*args, **kwargs)
             times["sampling"] = time.perf_counter() - t
-            times["sampled_tokens"] = int(out["completion_mask"].sum())
-            return out
+            times["sampled_tokens"] = int(own["completion_mask"].sum())
+            extra = set(own) - set(trl_batch(self.shared, self.pad))
+            if extra:  # e.g. reference logprobs: this batch would lack them
+                raise RuntimeError(f"TRL's batch holds {sorted(extra)} too")
+            return trl_batch(self.shared, self.pad)
 
-        self.trainer._generate_and_score_completions = timed
+        def spied_loss(model: Any, inputs: dict[str, Any], *a: Any, **k: Any) -> Any:
+            self.trained.append(trained_rows(inputs))
+            return compute_loss(model, inputs, *a, **k)
+
+        self.trainer._generate_and_score_completions = generate_then_swap
+        self.trainer.compute_loss = spied_loss
 
         class StepClock(TrainerCallback):
             def on_step_begin(self, args, state, control, **kwargs):  # noqa: ANN001, ANN201
@@ -208,12 +314,61 @@ class TRLStep:
         for quiet in (PrinterCallback, ProgressCallback):  # no per-step printing
             self.trainer.remove_callback(quiet)
 
-    def __call__(self, seed: int) -> dict[str, float]:
+    def __call__(self, seed: int, shared: Completions) -> dict[str, float]:
+        self.shared = shared
+        self.trained.clear()
         self.trainer.args.seed = seed
         self.trainer.train()
         times = dict(self.times)
         times["training"] = times["step"] - times["sampling"]
-        return {k: times[k] for k in (*PHASES, "sampled_tokens")}
+        times["trained_tokens"] = sum(c.tokens for c in self.trained)
+        return {k: times[k] for k in (*PHASES, "sampled_tokens", "trained_tokens")}
+
+
+def summarize(
+    runs: dict[str, list[dict[str, float]]], peaks: dict[str, list[float]]
+) -> dict[str, Any]:
+    """Medians per side and TRL's ratio over the local engine's for each phase:
+    sampling per generated token, training on the same completions, the step
+    with TRL's sampling rescaled to the local side's completion tokens."""
+
+    def median(side: str, key: str) -> float:
+        return statistics.median(r[key] for r in runs[side])
+
+    per_token = {
+        side: statistics.median(r["sampling"] / r["sampled_tokens"] for r in rows)
+        for side, rows in runs.items()
+    }
+    local_step = median("local", "step")
+    trl_step = statistics.median(
+        per_token["TRL"] * r["trained_tokens"] + r["training"] for r in runs["TRL"]
+    )
+    med = {
+        "local": {
+            "sampling": median("local", "sampling"),
+            "training": median("local", "training"),
+            "step": local_step,
+        },
+        "TRL": {
+            "sampling": median("TRL", "sampling"),
+            "training": median("TRL", "training"),
+            "step": trl_step,
+        },
+    }
+    ratio = {
+        "sampling": per_token["TRL"] / per_token["local"],
+        "training": med["TRL"]["training"] / med["local"]["training"],
+        "step": trl_step / local_step,
+    }
+    return {
+        "median_seconds": med,
+        "sampling_seconds_per_token": per_token,
+        "trl_step_as_measured": median("TRL", "step"),
+        "ratio_trl_over_local": ratio,
+        "peak_mb": {side: max(values) for side, values in peaks.items()},
+        "sampled_tokens": {side: median(side, "sampled_tokens") for side in runs},
+        "trained_tokens": {side: median(side, "trained_tokens") for side in runs},
+    }
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -228,35 +383,42 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise SystemExit(missing)
     config = run_config(args)
     work = Path(tempfile.mkdtemp(prefix="vs-trl-"))
-    sides = {
-        "local": LocalStep(config, work / "engine"),
-        "TRL": TRLStep(config, work / "export", work / "trl-out"),
-    }
-    for name, step in sides.items():  # warm-up: buffers, thread pools, first calls
-        if not args.quick:
-            step(seed=1000)
-            print(f"  warm-up {name} done", flush=True)
-    runs: dict[str, list[dict[str, float]]] = {name: [] for name in sides}
-    peaks: dict[str, list[float]] = {name: [] for name in sides}
+    local = LocalStep(config, work / "engine")
+    trl = TRLStep(config, work / "export", work / "trl-out")
+    if not args.quick:  # warm-up: buffers, thread pools, first calls
+        _, shared = local(seed=1000)
+        trl(seed=1000, shared=shared)
+        print("  warm-up done", flush=True)
+    runs: dict[str, list[dict[str, float]]] = {"local": [], "TRL": []}
+    peaks: dict[str, list[float]] = {"local": [], "TRL": []}
+    same: list[bool] = []
     for r in range(args.repeats):
-        for name, step in sides.items():
-            with PeakMemory() as memory:
-                result = step(seed=r)
-            runs[name].append(result)
-            peaks[name].append(memory.peak_mb)
+        with PeakMemory() as memory:
+            result, shared = local(seed=r)
+        runs["local"].append(result)
+        peaks["local"].append(memory.peak_mb)
+        with PeakMemory() as memory:
+            theirs = trl(seed=r, shared=shared)
+        runs["TRL"].append(theirs)
+        peaks["TRL"].append(memory.peak_mb)
+        same.append(len(trl.trained) == 1 and trl.trained[0].rows() == shared.rows())
+        for name, res, peak in (
+            ("local", result, peaks["local"][-1]),
+            ("TRL", theirs, peaks["TRL"][-1]),
+        ):
             print(
-                f"  run {r} {name:5}: sampling {result['sampling']:6.2f} s "
-                f"({result['sampled_tokens']} tokens), training "
-                f"{result['training']:6.2f} s, step {result['step']:6.2f} s, "
-                f"peak +{memory.peak_mb:.0f} MB",
+                f"  run {r} {name:5}: sampling {res['sampling']:6.2f} s "
+                f"({res['sampled_tokens']} tokens), training {res['training']:6.2f} s "
+                f"({res['trained_tokens']} tokens, the same completions: {same[-1]}), "
+                f"step {res['step']:6.2f} s, peak +{peak:.0f} MB",
                 flush=True,
             )
-    med = {
-        name: {k: statistics.median(r[k] for r in rows) for k in PHASES}
-        for name, rows in runs.items()
-    }
-    ratio = {k: med["TRL"][k] / med["local"][k] for k in PHASES}
-    peak = {name: max(values) for name, values in peaks.items()}
+    summary = summarize(runs, peaks)
+    med, ratio, peak = (
+        summary["median_seconds"],
+        summary["ratio_trl_over_local"],
+        summary["peak_mb"],
+    )
     print(
         f"model={config.model_name} threads={torch.get_num_threads()} "
         f"prompts={config.batch_size} group_size={config.group_size} "
@@ -264,15 +426,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"lora_rank={config.lora_rank} repeats={args.repeats} "
         f"trl={trl_mapping.trl_version()} torch={torch.__version__}"
     )
-    print(f"{'':10}{'local':>10}{'TRL':>10}{'TRL/local':>11}   (median seconds)")
-    for k in PHASES:
-        print(f"{k:10}{med['local'][k]:10.2f}{med['TRL'][k]:10.2f}{ratio[k]:10.2f}x")
-    tokens = {n: statistics.median(r["sampled_tokens"] for r in runs[n]) for n in runs}
+    per_token = summary["sampling_seconds_per_token"]
+    print(f"{'':24}{'local':>10}{'TRL':>10}{'TRL/local':>11}   (medians)")
     print(
-        f"sampled tokens (median): local {tokens['local']:.0f}, "
-        f"TRL {tokens['TRL']:.0f}; "
-        f"peak memory of a step above the process: local {peak['local']:.0f} MB, "
-        f"TRL {peak['TRL']:.0f} MB"
+        f"{'sampling (ms / token)':24}{1e3 * per_token['local']:10.1f}"
+        f"{1e3 * per_token['TRL']:10.1f}{ratio['sampling']:10.2f}x"
+    )
+    print(
+        f"{'training (s, same)':24}{med['local']['training']:10.2f}"
+        f"{med['TRL']['training']:10.2f}{ratio['training']:10.2f}x"
+    )
+    print(
+        f"{'step (s, same tokens)':24}{med['local']['step']:10.2f}"
+        f"{med['TRL']['step']:10.2f}{ratio['step']:10.2f}x"
+    )
+    tokens = summary["sampled_tokens"]
+    print(
+        f"sampled tokens (median): local {tokens['local']:.0f}, TRL "
+        f"{tokens['TRL']:.0f}; both trained on the local side's "
+        f"{summary['trained_tokens']['local']:.0f} (the same completions in "
+        f"{sum(same)} of {len(same)} repeats); TRL's step as measured "
+        f"{summary['trl_step_as_measured']:.2f} s; peak memory of a step above "
+        f"the process: local {peak['local']:.0f} MB, TRL {peak['TRL']:.0f} MB"
     )
     print(
         f"RESULT sampling {ratio['sampling']:.2f}x training {ratio['training']:.2f}x "
@@ -281,10 +456,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     result = {
         "config": dataclasses.asdict(config),
-        "median_seconds": med,
-        "ratio_trl_over_local": ratio,
-        "peak_mb": peak,
-        "sampled_tokens": tokens,
+        **summary,
+        "same_completions": same,
         "runs": runs,
         "threads": torch.get_num_threads(),
         "date": time.strftime("%Y-%m-%d %H:%M"),

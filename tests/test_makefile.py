@@ -2,11 +2,14 @@
 
 The set-up itself takes a minute and needs the network, so these tests read the
 commands make would run in a fresh virtual environment instead of running them.
-``bench/setup_time.sh`` runs both for real and times them.
+``bench/setup_time.sh`` runs both for real and times them. Which build of torch it
+installs is decided by the Makefile from what it finds: a local wheel folder, macOS,
+an NVIDIA GPU (``nvidia-smi``, imitated here by a script on ``PATH``) or none.
 """
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -19,7 +22,9 @@ ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 
 
-def dry_run(tmp_path: Path, *variables: str) -> list[str]:
+def dry_run(
+    tmp_path: Path, *variables: str, env: dict[str, str] | None = None
+) -> list[str]:
     done = subprocess.run(
         [
             "make",
@@ -34,8 +39,31 @@ def dry_run(tmp_path: Path, *variables: str) -> list[str]:
         text=True,
         timeout=60,
         check=True,
+        env=env,
     )
     return [line for line in done.stdout.splitlines() if " install " in line]
+
+
+def fake_nvidia_smi(tmp_path: Path, gpu: bool) -> dict[str, str]:
+    """An environment whose ``nvidia-smi`` lists one GPU, or fails as it does on a
+    machine with no NVIDIA driver, whatever this machine has."""
+    folder = tmp_path / ("gpu" if gpu else "no-gpu")
+    folder.mkdir()
+    script = folder / "nvidia-smi"
+    if gpu:
+        body = 'echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-0000)"\n'
+    else:
+        body = 'echo "NVIDIA-SMI has failed: no NVIDIA driver" >&2\nexit 9\n'
+    script.write_text("#!/bin/sh\n" + body)
+    script.chmod(0o755)
+    return {**os.environ, "PATH": f"{folder}{os.pathsep}{os.environ['PATH']}"}
+
+
+def package_installs(lines: list[str]) -> list[str]:
+    """The two installs of the project and the model, without the uv bootstrap."""
+    installs = [x for x in lines if "-e '.[" in x or "--no-deps" in x]
+    assert len(installs) == 2, lines
+    return installs
 
 
 def test_setup_installs_with_a_pinned_uv_and_the_same_extras(tmp_path):
@@ -53,16 +81,76 @@ def test_setup_installs_with_a_pinned_uv_and_the_same_extras(tmp_path):
 
 def test_a_wheel_folder_is_passed_on_only_when_given(tmp_path):
     wheels = tmp_path / "wheels"
-    with_folder = dry_run(tmp_path, f"WHEELS={wheels}")
+    with_folder = dry_run(tmp_path, f"WHEELS={wheels}", "UNAME=Linux")
     assert all(f"--find-links {wheels}" in x for x in with_folder if "uv pip" in x)
-    without = dry_run(tmp_path, "WHEELS=")
+    without = dry_run(tmp_path, "WHEELS=", "UNAME=Linux", "GPU=no")
     assert not any("--find-links" in x for x in without), without
 
 
-def test_uv_equals_pip_installs_with_pip_alone(tmp_path):
-    lines = dry_run(tmp_path, "UV=pip")
-    assert lines and not any(re.search(r"uv pip|uv==", line) for line in lines), lines
-    assert "-m pip install" in lines[0] and "[local,dev,swanlab,course,trl]" in lines[0]
+def test_no_gpu_installs_the_cpu_build(tmp_path):
+    """No NVIDIA GPU (nvidia-smi fails) and no wheel folder: PyTorch's CPU build,
+    not PyPI's default one with gigabytes of NVIDIA libraries."""
+    env = fake_nvidia_smi(tmp_path, gpu=False)
+    for line in package_installs(dry_run(tmp_path, "WHEELS=", "UNAME=Linux", env=env)):
+        assert "--torch-backend=cpu" in line and "--find-links" not in line, line
+    pip = package_installs(
+        dry_run(tmp_path, "WHEELS=", "UNAME=Linux", "UV=pip", env=env)
+    )
+    for line in pip:
+        assert "--extra-index-url https://download.pytorch.org/whl/cpu" in line, line
+
+
+def test_a_gpu_installs_a_cuda_build(tmp_path):
+    """nvidia-smi lists a GPU: uv picks the CUDA build for the driver; pip takes
+    PyPI's default build, which is a CUDA one."""
+    env = fake_nvidia_smi(tmp_path, gpu=True)
+    for line in package_installs(dry_run(tmp_path, "WHEELS=", "UNAME=Linux", env=env)):
+        assert "--torch-backend=auto" in line and "cpu" not in line, line
+    pip = package_installs(
+        dry_run(tmp_path, "WHEELS=", "UNAME=Linux", "UV=pip", env=env)
+    )
+    assert not any("--extra-index-url" in line for line in pip), pip
+    # the override, either way
+    forced = package_installs(
+        dry_run(tmp_path, "WHEELS=", "UNAME=Linux", "GPU=no", env=env)
+    )
+    assert all("--torch-backend=cpu" in line for line in forced), forced
+
+
+def test_a_local_wheel_folder_wins_and_stays_offline(tmp_path):
+    """The course machines' path: the wheel folder, and no other index for torch,
+    even where a GPU answers."""
+    wheels = tmp_path / "wheels"
+    for gpu in (False, True):
+        folder = tmp_path / f"env-{gpu}"
+        folder.mkdir()
+        env = fake_nvidia_smi(folder, gpu)
+        lines = package_installs(
+            dry_run(tmp_path, f"WHEELS={wheels}", "UNAME=Linux", env=env)
+        )
+        for line in lines:
+            assert f"--find-links {wheels}" in line, line
+            assert "--torch-backend" not in line and "--index-url" not in line, line
+            assert "--extra-index-url" not in line, line
+
+
+def test_macos_takes_pypis_torch(tmp_path):
+    """PyPI's macOS wheels are CPU builds already: no index, no backend."""
+    lines = package_installs(dry_run(tmp_path, "WHEELS=", "UNAME=Darwin", "GPU=no"))
+    for line in lines:
+        assert "--torch-backend" not in line and "index-url" not in line, line
+
+
+def test_setup_says_which_torch_it_installs(tmp_path):
+    done = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "setup", f"VENV={tmp_path / 'v'}", "WHEELS="],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=fake_nvidia_smi(tmp_path, gpu=False),
+    )
+    assert "torch is the CPU build (no NVIDIA GPU found" in done.stdout, done.stdout
 
 
 def test_importing_nbformat_builds_no_uri_grammar():
@@ -96,3 +184,18 @@ def test_no_slow_test_is_handed_out_last(request):
     n = len(items)
     late = [i.nodeid for i in items[3 * n // 4 :] if i.get_closest_marker("slow")]
     assert not late, late
+
+
+def test_the_conda_environment_takes_the_cpu_build():
+    """environment.yml installs the project through pip, which would take PyPI's
+    CUDA build of torch on Linux: it names PyTorch's CPU index, as make setup does
+    on a machine without a GPU."""
+    import yaml
+
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict))
+    assert "--extra-index-url https://download.pytorch.org/whl/cpu" in pip
+    assert (
+        "CPU_INDEX := https://download.pytorch.org/whl/cpu"
+        in (ROOT / "Makefile").read_text()
+    )

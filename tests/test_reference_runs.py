@@ -122,6 +122,35 @@ def test_a_damaged_run_is_refused(tmp_path):
         reference.load_run("no-such-run")
 
 
+@pytest.mark.parametrize("name", ["notebook-defaults", "shaped-reward"])
+def test_the_shipped_runs_say_they_used_the_dequantised_gguf(name):
+    """The recorded runs keep the GGUF, and say so: in their caption (under every
+    figure that shows them) and in words."""
+    run = reference.load_run(name)
+    assert run.meta["settings"]["base_model"] == presets.SMOLLM2
+    assert run.caption.endswith(", SmolLM2-135M-Instruct (4-bit GGUF, dequantised)")
+    assert "4-bit (Q4_1) GGUF" in run.model and "dequantised" in run.model
+    assert "not compared with the original weights" in run.model
+
+
+def test_write_run_records_the_model_in_words_and_its_files_hash(tmp_path):
+    run = reference.load_run()
+    settings = {**run.meta["settings"], "base_model": presets.SMOLLM2}
+    reference.write_run(
+        tmp_path / "copy",
+        command="python bench/cpu_grpo_demo.py --test",
+        settings=settings,
+        metrics=run.metrics,
+        samples=run.samples,
+        base=run.base,
+        trained=run.trained,
+    )
+    meta = json.loads((tmp_path / "copy" / "meta.json").read_text())
+    assert meta["model"] == reference.model_words(presets.SMOLLM2)
+    assert len(meta["provenance"]["model_file"]["sha256"]) == 64
+    assert reference.load_run(tmp_path / "copy").model == meta["model"]
+
+
 def test_the_run_curves_plot_both_runs_with_their_labels():
     run = reference.load_run()
     axes = plotting.plot_run_curves(

@@ -242,6 +242,52 @@ def test_resume_with_a_different_config_is_refused(tmp_path, service):
         training.train_sync(other, service, progress=False, resume=True)
 
 
+def test_a_new_run_records_its_model_and_provenance(tmp_path, service):
+    """runs/<name>/provenance.json: the model in words, which file it loaded (none
+    for tiny-random, built in code), the commit and the numeric path."""
+    config = GRPOConfig(**{**TINY, "steps": 1}, run_dir=str(tmp_path / "run"))
+    training.train_sync(config, service, progress=False)
+    saved = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    assert saved["model"].startswith("tiny-random")
+    assert saved["model_file"] == {"model": "tiny-random", "kind": "tiny-random"}
+    assert "commit" in saved and "torch_threads" in saved["numeric"]
+
+
+@pytest.mark.slow
+def test_a_new_smollm2_run_records_the_model_files_hash(tmp_path, service):
+    """One step of SmolLM2 (4 tokens): its record names the GGUF and its SHA-256,
+    the file that was loaded, and says it is the dequantised 4-bit model."""
+    from grpo_helpers import reference
+    from grpo_helpers.local import models
+
+    config = GRPOConfig(
+        **{**TINY, "steps": 1, "batch_size": 1, "max_tokens": 4},
+        run_dir=str(tmp_path / "run"),
+    )
+    config.base_model = models.SMOLLM2
+    training.train_sync(config, service, progress=False)
+    saved = json.loads((tmp_path / "run" / "provenance.json").read_text())
+    gguf = models.resolve_model(models.SMOLLM2).location
+    assert saved["model_file"]["kind"] == "gguf"
+    assert saved["model_file"]["file"] == Path(gguf).name
+    assert saved["model_file"]["sha256"] == reference.file_sha256(gguf)
+    assert len(saved["model_file"]["sha256"]) == 64
+    assert "4-bit (Q4_1) GGUF" in saved["model"] and "dequantised" in saved["model"]
+
+
+def test_resume_on_another_model_file_is_refused(tmp_path, service):
+    config = GRPOConfig(**{**TINY, "steps": 2}, run_dir=str(tmp_path / "run"))
+    training.train_sync(config, service, progress=False)
+    path = tmp_path / "run" / "provenance.json"
+    saved = json.loads(path.read_text())
+    saved["model_file"] = {"file": "other.gguf", "sha256": "0" * 64}
+    path.write_text(json.dumps(saved))
+    metrics = (tmp_path / "run" / "metrics.jsonl").read_text()
+    with pytest.raises(ValueError, match="other weights"):
+        training.train_sync(config, service, progress=False, resume=True)
+    assert (tmp_path / "run" / "metrics.jsonl").read_text() == metrics
+
+
 def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
     tmp_path, capsys, monkeypatch
 ):

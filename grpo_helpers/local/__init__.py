@@ -15,7 +15,8 @@ Modules, from the clients down:
     decoder: the forward passes the sampler runs (plain, or the adapter merged).
     checkpoints: ``local://`` URIs, safetensors adapters, optimizer state.
     adapters: a LoRA adapter's shape, its alpha, frozen copies of its weights.
-    models: find and load base models and tokenizers (SmolLM2 GGUF, tiny-random).
+    models: find and load base models and tokenizers (SmolLM2's 4-bit GGUF,
+        dequantised; ``hub:<id>``; tiny-random).
     counters: how often each path (shared prefix or plain) ran, for tests.
 
 Introduced in: 05_sync_training_loop.ipynb

