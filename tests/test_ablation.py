@@ -247,6 +247,12 @@ def test_quick_ablation_writes_what_the_knobs_notebook_reads(tmp_path):
         n = len(point["exact_by_question"])
         assert n == len(point["lenient_by_question"]) == len(point["classes"]) == 4
         assert record["eval"]["split"] == "test"
+        # what a reproduction needs: the commit, the numeric path, the model file
+        provenance = record["provenance"]
+        assert len(provenance["commit"]) == 40 and provenance["dirty"] in (True, False)
+        for key in ("torch_threads", "cpu_capability", "blas", "packed_products"):
+            assert key in provenance["numeric"], key
+        assert provenance["model_file"]["model"] == "tiny-random"
         assert json.dumps(record)  # plain JSON, no absolute path
         assert str(SETTINGS.project_root) not in json.dumps(record["settings"])
     # everything notebook 08 draws from the records
