@@ -434,12 +434,24 @@ def _series_parser(sub: argparse._SubParsersAction) -> None:
         "--only", default="", help="comma-separated prefixes, e.g. 01,02 (default: all)"
     )
     p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
+    p.add_argument(
+        "--record-times",
+        nargs="?",
+        const=str(SETTINGS.project_root / "bench" / "results" / "notebook-times.json"),
+        default=None,
+        metavar="FILE",
+        help="write each notebook's time, by mode (fast or full), into FILE "
+        "(default bench/results/notebook-times.json): the README's syllabus and "
+        "the notebooks' runtime lines quote it",
+    )
 
 
 def cmd_series(args: argparse.Namespace) -> int:
     import nbformat
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
+
+    from grpo_helpers import course
 
     src = Path(args.notebooks)
     out = Path(args.out)
@@ -479,6 +491,8 @@ def cmd_series(args: argparse.Namespace) -> int:
         nbformat.write(nb, target)
         summary.append((book.name, status, seconds, target))
         print(f"  {status} in {seconds:.0f} s -> {target}", flush=True)
+        if args.record_times and status == "ok":
+            course.record_time(Path(args.record_times), book.stem, seconds)
     print("\nExecuted notebooks (open them with `jupyter lab`):")
     for name, status, seconds, target in summary:
         print(f"  {status:6s} {seconds:7.0f} s  {name:34s} {target}")

@@ -32,6 +32,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -153,6 +154,39 @@ def _drop_widgets(nb: Any) -> None:
                 del data[WIDGET_VIEW]
 
 
+#: Where ``python -m grpo_helpers series --record-times`` writes each notebook's
+#: time, by mode: what the README's syllabus and the runtime lines quote.
+TIMES = ROOT / "bench" / "results" / "notebook-times.json"
+
+
+def record_time(path: Path, stem: str, seconds: float) -> None:
+    """Write one notebook's time into ``path`` under the current mode (``fast``
+    with ``GRPO_FAST=1``, else ``full``), with the day, the machine and the
+    commit; the other entries stay."""
+    from grpo_helpers import reference
+
+    times = json.loads(path.read_text()) if path.is_file() else {}
+    mode = "fast" if SETTINGS.fast else "full"
+    times.setdefault(mode, {})[stem] = {
+        "seconds": round(seconds, 1),
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "hardware": reference.hardware(),
+        "commit": reference.commit()["commit"][:12],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")
+
+
+def format_runtime(seconds: float) -> str:
+    """A notebook's time as the syllabus and the runtime lines write it.
+
+    Example:
+        >>> format_runtime(19.4), format_runtime(89), format_runtime(557.6)
+        ('19 s', '89 s', '9.3 min')
+    """
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
 def _relink(text: str, from_notebook: bool = False) -> str:
     """Links of the repository, rewritten for the site's flat layout."""
     if from_notebook:
@@ -161,8 +195,19 @@ def _relink(text: str, from_notebook: bool = False) -> str:
         )
         return text
     text = re.sub(r"\(notebooks/(\d\d_[\w]+\.ipynb)\)", r"(\1)", text)
-    text = text.replace("(docs/teaching.md)", "(teaching.md)")
-    return text
+    text = re.sub(r"\(docs/([\w-]+\.md(?:#[\w-]+)?)\)", r"(\1)", text)
+    return text.replace("(docs/images/", "(images/")
+
+
+#: The pages of ``docs/`` the site carries, in its order, after the notebooks.
+DOC_PAGES = ("results", "teaching", "performance", "beyond-the-laptop", "package")
+
+
+def _doc_page(text: str) -> str:
+    """A page of ``docs/``, its links rewritten for the site's flat layout."""
+    text = re.sub(r"\(\.\./notebooks/(\d\d_[\w]+\.ipynb)", r"(\1", text)
+    text = text.replace("../notebooks/", "")
+    return text.replace("(../README.md", "(index.md")
 
 
 def book_sources(out: Path, executed_dir: Path = EXECUTED) -> dict[str, str]:
@@ -179,15 +224,15 @@ def book_sources(out: Path, executed_dir: Path = EXECUTED) -> dict[str, str]:
         )
     readme = (ROOT / "README.md").read_text()
     (out / "index.md").write_text(_relink(readme))
+    images = ROOT / "docs" / "images"
+    if images.is_dir():
+        shutil.copytree(images, out / "images")
     chapters = [f"  - file: {p.stem}" for p in notebook_paths()]
-    guide = ROOT / "docs" / "teaching.md"
-    if guide.is_file():
-        (out / "teaching.md").write_text(
-            guide.read_text()
-            .replace("../notebooks/", "")
-            .replace("../README.md", "index.md")
-        )
-        chapters.append("  - file: teaching")
+    for name in DOC_PAGES:
+        page = ROOT / "docs" / f"{name}.md"
+        if page.is_file():
+            (out / f"{name}.md").write_text(_doc_page(page.read_text()))
+            chapters.append(f"  - file: {name}")
     (out / "_toc.yml").write_text(
         "format: jb-book\nroot: index\nchapters:\n" + "\n".join(chapters) + "\n"
     )
