@@ -18,6 +18,10 @@ compares what matters, never a value the notebook holds:
   the loop's own (``step_math.build_step_datums``) for the same samples and rewards,
   with ``forward_backward`` then ``optim_step``, and no call at all when every group
   is degenerate.
+* :func:`plain_step_check` (notebook 04, exercise 4; written in
+  :mod:`grpo_helpers.plain_step`): one GRPO step in plain PyTorch, from the logits
+  to an Adam step on the LoRA weights, against the engine's ``forward_backward`` +
+  ``optim_step`` on an identical copy of the policy: loss, gradients, weights.
 * :func:`submitted_first_check` and :func:`two_await_check` (notebook 06): clients
   that count how many requests were in flight together, so a sequential answer
   fails even when it returns the right responses.
@@ -47,12 +51,14 @@ import numpy as np
 from grpo_helpers.checks import STUB_HINT, TimeLimitExceeded, _report, time_limit
 from grpo_helpers.config import SETTINGS
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
+from grpo_helpers.plain_step import plain_step_check
 
 __all__ = [
     "LossCase",
     "grpo_step_check",
     "loss_case",
     "loss_check",
+    "plain_step_check",
     "submitted_first_check",
     "two_await_check",
 ]

@@ -61,6 +61,7 @@ EXERCISE_NAMES = {
         "trained_target",
         "looks_aligned",
         "importance_sampling_loss",
+        "grpo_step_by_hand",
     ),
 }
 
