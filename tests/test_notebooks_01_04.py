@@ -169,6 +169,43 @@ def test_markdown_cells_are_short_and_lines_fit(stem: str) -> None:
             assert len(line) <= 88, (stem, index, line)
 
 
+#: Notebooks whose learner text follows issue 36 here: 01-04, and 06 (its other
+#: tests live with 05's).
+COURSE_TEXT = (*STEMS, "06_async_training_loop")
+RUNTIME = re.compile(
+    r"\*\*Runtime\*\*: fast \(`GRPO_FAST=1`\) about (?P<fast>[\d.]+ (?:s|min)); "
+    r"full \([^)]*\) about (?P<full>[\d.]+ (?:s|min))(?: \((?P<same>\d+) s\))?, "
+    r"measured by `python -m grpo_helpers series --only (?P<only>\d\d)`"
+)
+
+
+@pytest.mark.parametrize("stem", COURSE_TEXT)
+def test_learner_text_says_what_holds_now(stem: str) -> None:
+    """Issue 36: one fast and one full runtime and the command that measured them;
+    no dates, pilots or earlier defaults; at most 45 cells; a "Why ..." paragraph of
+    at most 80 words; only the three rewards the series teaches."""
+    nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    assert len(nb.cells) <= 45, stem
+    opening = " ".join(opening_text(nb).split())
+    runtime = RUNTIME.search(opening)
+    assert runtime, f"{stem}: no runtime line in the house form"
+    assert runtime["only"] == stem[:2]
+    assert len(re.findall(r"\d+(?:\.\d+)? (?:s|min)\b", opening)) == 2 + bool(
+        runtime["same"]
+    ), f"{stem}: more than one time per mode"
+    for cell in nb.cells:
+        text = cell.source
+        if cell.cell_type == "markdown":
+            assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), (stem, text[:80])
+            assert not re.search(r"\bpilots?\b|\bearlier default", text), stem
+            for paragraph in text.split("\n\n"):
+                if paragraph.startswith("**Why"):
+                    assert len(paragraph.split()) <= 80, (stem, paragraph[:60])
+        for name in rewards.EARLIER_REWARDS:
+            assert f"`{name}`" not in text and f'"{name}"' not in text, (stem, name)
+        assert "right_answer_reward" not in text and "worked_reward" not in text
+
+
 @pytest.mark.parametrize("stem", STEMS)
 def test_title_matches_the_readme_syllabus(stem: str) -> None:
     readme = (ROOT / "README.md").read_text()
