@@ -310,7 +310,7 @@ def project(result, args):
 }
 
 
-# Exercise 4 (discussion). On the first P - 1 positions all four lists agree across
+# Exercise 5 (discussion). On the first P - 1 positions all four lists agree across
 # the group: model_input holds the same prompt tokens, target_tokens is padding 0,
 # and the sampler logprobs and advantages are 0.0. Each of those positions' loss
 # terms is -rho * A with A = 0, so they add exactly nothing to the gradient (the
