@@ -16,8 +16,13 @@ compares what matters, never a value the notebook holds:
 * :func:`grpo_step_check` (notebook 05): the learner's step gets a training client
   that records what it is sent (and passes it on to the engine); the Datums must be
   the loop's own (``step_math.build_step_datums``) for the same samples and rewards,
-  with ``forward_backward`` then ``optim_step``, and no call at all when every group
-  is degenerate.
+  sent by one ``forward_backward`` or one per group (the gradients add up either
+  way), then one ``optim_step``, and no call at all when every group is
+  degenerate.
+* :func:`plain_step_check` (notebook 04, exercise 4; written in
+  :mod:`grpo_helpers.plain_step`): one GRPO step in plain PyTorch, from the logits
+  to an Adam step on the LoRA weights, against the engine's ``forward_backward`` +
+  ``optim_step`` on an identical copy of the policy: loss, gradients, weights.
 * :func:`submitted_first_check` and :func:`two_await_check` (notebook 06): clients
   that count how many requests were in flight together, so a sequential answer
   fails even when it returns the right responses.
@@ -47,12 +52,14 @@ import numpy as np
 from grpo_helpers.checks import STUB_HINT, TimeLimitExceeded, _report, time_limit
 from grpo_helpers.config import SETTINGS
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
+from grpo_helpers.plain_step import plain_step_check
 
 __all__ = [
     "LossCase",
     "grpo_step_check",
     "loss_case",
     "loss_check",
+    "plain_step_check",
     "submitted_first_check",
     "two_await_check",
 ]
@@ -394,9 +401,11 @@ def grpo_step_check(
     completions) with rewards of its own: mixed, degenerate, and one right answer.
     Called first with only the degenerate group, the step must send nothing and
     return None; then with all three it must send exactly the loop's Datums
-    (``step_math.build_step_datums`` of the same samples and advantages) in one
-    ``forward_backward(..., "importance_sampling")``, then one ``optim_step`` with
-    ``adam_params``, and return both results.
+    (``step_math.build_step_datums`` of the same samples and advantages) with
+    ``forward_backward(..., "importance_sampling")``: in one call, or in several
+    (one per group, say: gradients add up until ``optim_step``, so the update is
+    the same), then one ``optim_step`` with ``adam_params``, and return both
+    results (the forward_backward output, or the list of them, first).
     """
 
     def check() -> str:
@@ -415,16 +424,19 @@ def grpo_step_check(
         names = [name for name, _, _ in recorder.calls]
         if result is None and not names:
             return STUB_HINT
-        if names != ["forward_backward", "optim_step"]:
+        backward = names[:-1]
+        if not backward or names[-1] != "optim_step" or "optim_step" in backward:
             return (
                 "the engine got the calls "
-                f"{', '.join(names) or 'none'}: one forward_backward, then one "
-                "optim_step"
+                f"{', '.join(names) or 'none'}: forward_backward (once, or once per "
+                "group), then one optim_step"
             )
-        _, sent, loss_fn = recorder.calls[0]
-        if loss_fn != "importance_sampling":
-            return f"forward_backward got loss_fn={loss_fn!r}"
-        if recorder.calls[1][1] is not adam_params:
+        sent = [d for _, data, _ in recorder.calls[:-1] for d in data]
+        loss_fns = {loss_fn for _, _, loss_fn in recorder.calls[:-1]}
+        if loss_fns != {"importance_sampling"}:
+            other = sorted(loss_fns - {"importance_sampling"}, key=str)[0]
+            return f"forward_backward got loss_fn={other!r}"
+        if recorder.calls[-1][1] is not adam_params:
             return "optim_step did not get adam_params"
         groups = []
         for prompt, group_rewards in zip(prompts, rewards, strict=True):
@@ -453,8 +465,12 @@ def grpo_step_check(
             return hint
         if not isinstance(result, (tuple, list)) or len(result) != 2:
             return "return (forward_backward's output, optim_step's output)"
-        kinds = [type(x).__name__ for x in result]
-        if kinds != ["ForwardBackwardOutput", "OptimStepResponse"]:
+        first, last = result
+        outputs = list(first) if isinstance(first, (tuple, list)) else [first]
+        kinds = [type(x).__name__ for x in (*outputs, last)]
+        if set(kinds[:-1]) != {"ForwardBackwardOutput"} or kinds[-1] != (
+            "OptimStepResponse"
+        ):
             return f"returned {', '.join(kinds)}: wait for each future's result"
         return ""
 

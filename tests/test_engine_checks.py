@@ -328,7 +328,7 @@ STEP_WRONG = {
     "targets off by one": (_step(shift=True), "misaligned"),
     "optim_step before forward_backward": (
         _step(order=("optim", "fb")),
-        "forward_backward, then one optim_step",
+        "then one optim_step",
     ),
     "std-scaled advantages": (_step(scale=True), "advantages differ"),
 }

@@ -220,6 +220,25 @@ def _engine_loss(name):
     return loss
 
 
+def _step_without_shift(model, lora_params, batch, adam_params):
+    """A plain-PyTorch GRPO step that reads each token's logprob at its own
+    position (no shift), then takes the right Adam step."""
+    import torch
+
+    logits = model(input_ids=batch.tokens, attention_mask=batch.attention_mask).logits
+    logprobs = torch.log_softmax(logits.float(), dim=-1)
+    chosen = logprobs.gather(-1, batch.tokens.unsqueeze(-1)).squeeze(-1)
+    position = torch.arange(batch.tokens.shape[1])[None]
+    start = batch.prompt_lengths[:, None]
+    mask = (position >= start) & (position < start + batch.completion_lengths[:, None])
+    ratio = torch.exp(chosen - batch.old_logprobs)
+    loss = torch.where(mask, -ratio * batch.advantages[:, None], 0.0).sum()
+    optimizer = torch.optim.AdamW(lora_params, lr=adam_params.learning_rate)
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
 def _wald(successes, n, z=1.96):
     p = successes / n
     half = z * np.sqrt(p * (1 - p) / n)
@@ -260,6 +279,7 @@ WRONG = {
     "importance_sampling_loss": lambda logprobs, old, adv, mask: (  # no mask
         -(logprobs - old).exp() * adv
     ).sum(),
+    "grpo_step_by_hand": _step_without_shift,
     "ppo_clipped_loss": lambda logprobs, old, adv, mask, low, high: (
         -((logprobs - old).exp() * adv)
         .maximum((logprobs - old).exp().clamp(low, high) * adv)[mask]
@@ -366,7 +386,7 @@ DELEGATES = {
 def test_every_exercise_has_a_hidden_test(blocks):
     names = [name for _, name, _ in blocks]
     assert set(names) == set(WRONG)
-    assert len(names) == len(set(names)) == 19
+    assert len(names) == len(set(names)) == 20
 
 
 def test_hidden_tests_pass_the_solutions(blocks):

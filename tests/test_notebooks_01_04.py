@@ -61,6 +61,7 @@ EXERCISE_NAMES = {
         "trained_target",
         "looks_aligned",
         "importance_sampling_loss",
+        "grpo_step_by_hand",
     ),
 }
 
@@ -166,6 +167,43 @@ def test_markdown_cells_are_short_and_lines_fit(stem: str) -> None:
             assert len(cell.source.split()) <= 200, (stem, index)
         for line in cell.source.splitlines():
             assert len(line) <= 88, (stem, index, line)
+
+
+#: Notebooks whose learner text follows issue 36 here: 01-04, and 06 (its other
+#: tests live with 05's).
+COURSE_TEXT = (*STEMS, "06_async_training_loop")
+RUNTIME = re.compile(
+    r"\*\*Runtime\*\*: fast \(`GRPO_FAST=1`\) about (?P<fast>[\d.]+ (?:s|min)); "
+    r"full \([^)]*\) about (?P<full>[\d.]+ (?:s|min))(?: \((?P<same>\d+) s\))?, "
+    r"measured by `python -m grpo_helpers series --only (?P<only>\d\d)`"
+)
+
+
+@pytest.mark.parametrize("stem", COURSE_TEXT)
+def test_learner_text_says_what_holds_now(stem: str) -> None:
+    """Issue 36: one fast and one full runtime and the command that measured them;
+    no dates, pilots or earlier defaults; at most 45 cells; a "Why ..." paragraph of
+    at most 80 words; only the three rewards the series teaches."""
+    nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    assert len(nb.cells) <= 45, stem
+    opening = " ".join(opening_text(nb).split())
+    runtime = RUNTIME.search(opening)
+    assert runtime, f"{stem}: no runtime line in the house form"
+    assert runtime["only"] == stem[:2]
+    assert len(re.findall(r"\d+(?:\.\d+)? (?:s|min)\b", opening)) == 2 + bool(
+        runtime["same"]
+    ), f"{stem}: more than one time per mode"
+    for cell in nb.cells:
+        text = cell.source
+        if cell.cell_type == "markdown":
+            assert not re.search(r"\b20\d\d-\d\d-\d\d\b", text), (stem, text[:80])
+            assert not re.search(r"\bpilots?\b|\bearlier default", text), stem
+            for paragraph in text.split("\n\n"):
+                if paragraph.startswith("**Why"):
+                    assert len(paragraph.split()) <= 80, (stem, paragraph[:60])
+        for name in rewards.EARLIER_REWARDS:
+            assert f"`{name}`" not in text and f'"{name}"' not in text, (stem, name)
+        assert "right_answer_reward" not in text and "worked_reward" not in text
 
 
 @pytest.mark.parametrize("stem", STEMS)
@@ -320,6 +358,47 @@ def test_02_quoted_numbers() -> None:
     assert rewards.grade_answer(r"\boxed{\frac{144}{2}}", "72") == 1.0
 
 
+def test_02_what_shown_work_pays() -> None:
+    """Sections 1, 4 and 6: shown_work pays a right answer only with its
+    calculation written `a op b = c` (labels in brackets read), not a bare box, a
+    \\frac, working in words, a box where the result should be or an `x` for times."""
+    paid = {
+        r"She sold 48 + 24 = 72 clips. \boxed{72}": 1.0,
+        r"She sold 48 (April) + 24 (May) = 72 clips. \boxed{72}": 1.0,
+        r"She sold 48, then half as many, 24: 72 in all. \boxed{72}": 0.0,
+        r"\boxed{72}": 0.0,
+        r"She sold 48 + 48 / 2 clips: \boxed{\frac{144}{2}}": 0.0,
+        r"May: \boxed{24}. Both months: 48 + 24 = \boxed{72}": 0.0,
+    }
+    for text, want in paid.items():
+        assert rewards.shown_work_reward(text, "72") == want, text
+        assert rewards.grade_answer(text, "72") == 1.0, text
+    assert rewards.shown_work_reward(r"she earned 0.2 x 50 = 10. \boxed{10}", "10") == 0
+    assert set(rewards.REWARD_FUNCTIONS) == {"binary", "shaped", "shown_work"}
+
+
+def test_02_a_boxed_guess_earns_what_the_notebook_says() -> None:
+    """Section 5: a boxed guess from the question's numbers earns binary's 1.0
+    about once in 100 questions, shaped about 0.2 per question, shown_work
+    nothing."""
+    rows = data.load_gsm8k("train")
+    golds = [data.extract_gsm8k_answer(text) for text in rows["answer"]]
+    numbers = [
+        [float(n.replace(",", "")) for n in re.findall(r"\d+(?:,\d{3})*(?:\.\d+)?", q)]
+        or [0.0]
+        for q in rows["question"]
+    ]
+    for guess in (max, sum, lambda found: found[-1]):
+        texts = [
+            "\\boxed{" + (f"{v:.0f}" if v == int(v) else f"{v}") + "}"
+            for v in (guess(found) for found in numbers)
+        ]
+        pairs = list(zip(texts, golds, strict=True))
+        assert 0.005 < np.mean([rewards.grade_answer(t, g) for t, g in pairs]) < 0.02
+        assert 0.18 < np.mean([rewards.shaped_reward(t, g) for t, g in pairs]) < 0.23
+        assert not any(rewards.shown_work_reward(t, g) for t, g in pairs)
+
+
 # ------------------------------------------------------------ 03: taught vs package
 
 
@@ -384,24 +463,45 @@ def test_03_exact_policy_gradient_is_the_derivative_of_j() -> None:
             )
 
 
-def test_03_a_baseline_lowers_the_variance_but_not_the_mean() -> None:
+def test_03_a_baseline_keeps_the_mean_and_lowers_the_variance_only_near_j() -> None:
+    """Section 1's numbers: with b = J one sample's estimate varies about a third as
+    much as with no baseline, with b = 10 about 200 times as much; the mean stays."""
     ns = taught("03_group_advantages")
     sampled, softmax = ns["score_function_samples"], ns["softmax"]
     logits, rewards_ = np.array([0.5, -0.5, 1.0, 0.0]), np.array([1.0, 1.0, 0.2, 0.0])
-    plain = sampled(logits, rewards_, 100_000, np.random.default_rng(0))
-    centred = sampled(
-        logits, rewards_, 100_000, np.random.default_rng(0), softmax(logits) @ rewards_
-    )
-    assert centred.var(axis=0).sum() < plain.var(axis=0).sum() / 2
-    assert np.allclose(centred.mean(axis=0), plain.mean(axis=0), atol=0.01)
+    j = softmax(logits) @ rewards_
+    runs = {
+        b: sampled(logits, rewards_, 200_000, np.random.default_rng(0), b)
+        for b in (0.0, j, 10.0)
+    }
+    spread = {b: samples.var(axis=0).sum() for b, samples in runs.items()}
+    assert 0.28 < spread[j] / spread[0.0] < 0.39  # "about a third"
+    assert 170 < spread[10.0] / spread[0.0] < 250  # "about 200 times"
+    exact = ns["exact_gradient"](logits, rewards_)
+    for samples in runs.values():
+        error = samples.std(axis=0) / math.sqrt(len(samples))
+        assert np.all(np.abs(samples.mean(axis=0) - exact) < 5 * error)
+    # sixteen numbers each within four standard errors: "about once in a thousand"
+    outside = 16 * math.erfc(4 / math.sqrt(2))
+    assert 0.0008 < outside < 0.0012
 
 
 def test_03_quoted_numbers() -> None:
     assert round(advantages.degenerate_probability(0.9, 4), 3) == 0.656
     assert round(advantages.degenerate_probability(0.9, 16), 3) == 0.185
     for g in (2, 4, 8, 16, 64):
-        success = advantages.group_advantages([1.0] + [0.0] * (g - 1), scale="group")
+        group = [1.0] + [0.0] * (g - 1)
+        success = advantages.group_advantages(group, scale="group")
+        # the population std (this series): sqrt(G - 1)
         assert success[0] == pytest.approx(math.sqrt(g - 1), rel=1e-3)
+        # TRL: the Bessel-corrected std plus 1e-4: (G - 1) / sqrt(G)
+        trl = (1 - 1 / g) / (np.std(group, ddof=1) + 1e-4)
+        assert trl == pytest.approx((g - 1) / math.sqrt(g), rel=1e-3)
+        assert trl / success[0] == pytest.approx(math.sqrt((g - 1) / g), rel=1e-3)
+    # "3.9 for G = 16, 7.9 for G = 64 ...; with TRL's std, 3.75 and 7.9"
+    assert [round(math.sqrt(g - 1), 1) for g in (16, 64)] == [3.9, 7.9]
+    assert [round((g - 1) / math.sqrt(g), 2) for g in (16, 64)] == [3.75, 7.88]
+    assert round(63 / math.sqrt(64), 1) == 7.9
 
 
 # ------------------------------------------------------------ 04: taught vs package

@@ -64,6 +64,55 @@ def importance_sampling_loss(logprobs, old_logprobs, advantages, mask):
     return torch.where(mask, -ratio * advantages, 0.0).sum()
 
 
+def grpo_step_by_hand(model, lora_params, batch, adam_params):
+    """One GRPO step in plain PyTorch: the engine's ``forward_backward`` +
+    ``optim_step`` on a padded batch.
+
+    1. Logits ``[B, L, V]``; position t predicts token t + 1, so the logprob of
+       each next token is ``log_softmax(logits[:, :-1])`` gathered at
+       ``tokens[:, 1:]`` (the sampler recorded its logprobs at temperature 1,
+       whatever it sampled at, and so does this: no division by the temperature).
+    2. The mask: the completion tokens ``P .. P + C - 1`` of each row, in the
+       shifted frame positions ``1 .. L - 1``.
+    3. The loss: the sum over them of ``-ratio * A * s``, with ``s`` the row's
+       normalisation factor (1, 1 / C or 1 / max_tokens).
+    4. ``loss.backward()``, then one AdamW step on the LoRA weights.
+
+    Returns:
+        The loss before the step (a tensor with one number).
+    """
+    import torch
+
+    logits = model(input_ids=batch.tokens, attention_mask=batch.attention_mask).logits
+    logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+    targets = batch.tokens[:, 1:]
+    token_logprobs = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    position = torch.arange(1, batch.tokens.shape[1])[None]  # the token predicted
+    start = batch.prompt_lengths[:, None]
+    mask = (position >= start) & (position < start + batch.completion_lengths[:, None])
+    lengths = batch.completion_lengths.float()
+    if batch.normalization == "sequence_mean":
+        scale = 1.0 / lengths
+    elif batch.normalization == "constant":
+        scale = torch.full_like(lengths, 1.0 / batch.max_tokens)
+    else:  # "token_sum"
+        scale = torch.ones_like(lengths)
+    ratio = torch.exp(token_logprobs - batch.old_logprobs[:, 1:])
+    weight = (batch.advantages * scale)[:, None]
+    loss = torch.where(mask, -ratio * weight, 0.0).sum()
+    optimizer = torch.optim.AdamW(
+        lora_params,
+        lr=adam_params.learning_rate,
+        betas=(adam_params.beta1, adam_params.beta2),
+        eps=adam_params.eps,
+        weight_decay=adam_params.weight_decay,
+    )
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    return loss.detach()
+
+
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
 #: ``grpo_helpers.course`` computes the expected values with the functions above
 #: when it builds the student edition and writes them into the graded cells as
@@ -130,6 +179,118 @@ def project(result, args):
     return [float(result.detach()), gradient.tolist()]
 """,
     },
+    # Each case: a padded batch (tokens, prompt and completion lengths, the old
+    # logprobs with junk outside the completions, advantages), a normalisation,
+    # max_tokens and the sampling temperature. The model is a toy causal model
+    # built in the graded cell (each position's logits from the mean embedding of
+    # the tokens so far, through an output layer with a rank-2 LoRA); the expected
+    # value is the loss and the LoRA weights after the step.
+    "grpo_step_by_hand": {
+        "cases": [
+            (
+                [[1, 2, 3, 4, 5, 0], [2, 3, 6, 1, 0, 0]],
+                [2, 3],
+                [3, 1],
+                [
+                    [-12.0, -12.0, -1.2, -2.0, -1.7, -12.0],
+                    [-12.0] * 3 + [-0.8] + [-12.0] * 2,
+                ],
+                [0.5, -1.0],
+                "token_sum",
+                8,
+                0.7,
+            ),
+            (
+                [[4, 4, 1, 2, 0], [5, 1, 6, 3, 2], [3, 6, 5, 0, 0]],
+                [2, 1, 2],
+                [2, 4, 1],
+                [
+                    [-12.0, -12.0, -2.2, -0.4, -12.0],
+                    [-12.0, -1.1, -3.0, -0.9, -1.6],
+                    [-12.0, -12.0, -2.5, -12.0, -12.0],
+                ],
+                [1.25, -0.75, 0.5],
+                "sequence_mean",
+                4,
+                0.5,
+            ),
+            (
+                [[6, 5, 4, 3, 2, 1], [1, 1, 2, 0, 0, 0]],
+                [1, 2],
+                [5, 1],
+                [
+                    [-12.0, -1.5, -0.6, -2.4, -1.9, -1.1],
+                    [-12.0, -12.0, -1.3] + [-12.0] * 3,
+                ],
+                [-0.5, 2.0],
+                "constant",
+                6,
+                1.0,
+            ),
+        ],
+        "tol": 1e-5,
+        "forbid": [
+            "grpo_helpers.local.losses.token_loss",
+            "grpo_helpers.local.losses.loss_sum",
+            "grpo_helpers.advantages.length_scales",
+            "grpo_helpers.plain_step._loss",
+        ],
+        "setup": """
+def prepare(case):
+    import types
+
+    import torch
+
+    tokens, prompts, completions, old, advantages, normalization, top, t = case
+
+    class TinyLM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            vocab, dim, rank = 7, 5, 2
+            grid = torch.arange(vocab * dim, dtype=torch.float32).reshape(vocab, dim)
+            self.embed = torch.sin(grid)
+            self.head = torch.cos(1.3 * grid)
+            a = torch.arange(rank * dim, dtype=torch.float32).reshape(rank, dim)
+            b = torch.arange(vocab * rank, dtype=torch.float32).reshape(vocab, rank)
+            self.lora_a = torch.nn.Parameter(0.5 * torch.sin(0.7 * a + 0.3))
+            self.lora_b = torch.nn.Parameter(0.5 * torch.cos(0.9 * b + 0.1))
+
+        def forward(self, input_ids, attention_mask=None):
+            steps = torch.arange(1, input_ids.shape[1] + 1, dtype=torch.float32)
+            hidden = self.embed[input_ids].cumsum(1) / steps[None, :, None]
+            weight = self.head + self.lora_b @ self.lora_a
+            return types.SimpleNamespace(logits=hidden @ weight.T)
+
+    model = TinyLM()
+    tokens = torch.tensor(tokens)
+    prompt_lengths = torch.tensor(prompts)
+    completion_lengths = torch.tensor(completions)
+    ends = (prompt_lengths + completion_lengths)[:, None]
+    batch = types.SimpleNamespace(
+        tokens=tokens,
+        attention_mask=(torch.arange(tokens.shape[1])[None] < ends).long(),
+        prompt_lengths=prompt_lengths,
+        completion_lengths=completion_lengths,
+        old_logprobs=torch.tensor(old),
+        advantages=torch.tensor(advantages),
+        normalization=normalization,
+        max_tokens=top,
+        temperature=t,
+    )
+    adam = types.SimpleNamespace(
+        learning_rate=0.01, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.0
+    )
+    return model, [model.lora_a, model.lora_b], batch, adam
+
+
+def project(result, args):
+    import torch
+
+    model = args[0]
+    loss = float(result.detach()) if torch.is_tensor(result) else float(result)
+    return [loss, model.lora_a.detach().tolist(), model.lora_b.detach().tolist()]
+""",
+    },
     "looks_aligned": {
         "cases": [
             ([3, 4, 5, 6], [0, 5, 6, 7], 2),
@@ -141,12 +302,15 @@ def project(result, args):
             ([8], [2], 1),
             ([1, 2, 3, 4, 5], [0, 3, 4, 5, 6], 2),
             ([1, 2, 3, 4, 5], [0, 3, 4, 0, 6], 2),
+            # wrong only at position P - 1, the first trained one
+            ([3, 4, 5, 6], [0, 9, 6, 7], 2),
+            ([7, 8, 9, 1, 2], [0, 0, 4, 2, 6], 3),
         ],
     },
 }
 
 
-# Exercise 4 (discussion). On the first P - 1 positions all four lists agree across
+# Exercise 5 (discussion). On the first P - 1 positions all four lists agree across
 # the group: model_input holds the same prompt tokens, target_tokens is padding 0,
 # and the sampler logprobs and advantages are 0.0. Each of those positions' loss
 # terms is -rho * A with A = 0, so they add exactly nothing to the gradient (the

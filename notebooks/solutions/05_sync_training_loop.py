@@ -191,7 +191,10 @@ def project(result, args):
     },
     # Each case: groups of (prompt, completions as (tokens, logprobs), rewards). A
     # fake training client records what it is sent: the Datums, the loss, the order
-    # of the calls, the optimiser's settings; the step's results are strings.
+    # of the calls, the optimiser's settings; the step's results are strings. One
+    # forward_backward or one per group reads the same (the gradients add up until
+    # optim_step): consecutive forward_backward calls count as one, their Datums
+    # are put end to end, and a list of their outputs reads as one output.
     "grpo_step": {
         "cases": [
             [
@@ -210,6 +213,15 @@ def project(result, args):
                 )
             ],
             [([4, 4], [([1], [-0.1]), ([2], [-0.2])], [0.25, 0.25])],
+            # two groups that teach: one optim_step per group is two updates
+            [
+                ([5, 6], [([7, 8], [-0.4, -0.9]), ([9], [-1.2])], [0.0, 1.0]),
+                (
+                    [5],
+                    [([2], [-0.3]), ([3, 4], [-0.6, -0.7]), ([6], [-2.0])],
+                    [1.0, 0.5, 0.0],
+                ),
+            ],
         ],
         "tol": 1e-5,
         "forbid": [
@@ -232,7 +244,7 @@ class FakeTrainingClient:
 
     def forward_backward(self, data, loss_fn="cross_entropy", loss_fn_config=None):
         self.log.append(("submit", "forward_backward"))
-        self.sent["forward_backward"] = (list(data), loss_fn)
+        self.sent.setdefault("forward_backward", []).append((list(data), loss_fn))
         return FakeFuture(self.log, "forward_backward")
 
     def optim_step(self, adam_params):
@@ -258,15 +270,32 @@ def prepare(case):
 
 def project(result, args):
     client = args[0]
-    data, loss_fn = client.sent.get("forward_backward", ([], None))
+    calls = client.sent.get("forward_backward", [])
+    data = [datum for batch, _ in calls for datum in batch]
+    submitted = [name for kind, name in client.log if kind == "submit"]
+    submitted = [
+        name
+        for i, name in enumerate(submitted)
+        if i == 0 or name != "forward_backward" or submitted[i - 1] != name
+    ]
 
     def values(datum, key):
         return [float(v) for v in datum.loss_fn_inputs[key].tolist()]
 
+    def one(output):
+        if isinstance(output, (tuple, list)) and output:
+            if all(isinstance(o, str) and o == output[0] for o in output):
+                return output[0]
+        return output
+
+    returned = result
+    if isinstance(result, (tuple, list)):
+        returned = [one(result[0]), *result[1:]] if result else []
     return {
-        "returned": list(result) if isinstance(result, (tuple, list)) else result,
-        "calls": [f"{kind} {name}" for kind, name in client.log],
-        "loss_fn": loss_fn,
+        "returned": returned,
+        "submitted": submitted,
+        "loss_fn": sorted({str(loss_fn) for _, loss_fn in calls}),
+        "optim_step_waited": ("wait", "optim_step") in client.log,
         "adam_params": client.sent.get("optim_step"),
         "datums": [
             [
