@@ -10,7 +10,7 @@ module                        what it does                                notebo
 ============================  ==========================================  ===========
 ``grpo_helpers.data``         load GSM8K, read ``####`` answers, batches  01
 ``grpo_helpers.prompts``      few-shot chat, ``\boxed{}`` suffix, tokens  01, 02
-``grpo_helpers.rewards``      extract ``\boxed{}``, the four rewards      02
+``grpo_helpers.rewards``      extract ``\boxed{}``, the three rewards     02
 ``grpo_helpers.advantages``   reward - group mean, degenerate groups      03
 ``grpo_helpers.datum``        prompt + completion[:-1] -> pytrio.Datum    04
 ``grpo_helpers.arithmetic``   easy word problems in GSM8K's format        01

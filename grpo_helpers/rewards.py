@@ -428,13 +428,6 @@ def right_answer_reward(response: str, ground_truth: str) -> float:
     last number when nothing is boxed. There is no credit for a near miss and none
     for a box around a wrong answer.
 
-    Args:
-        response: a model completion.
-        ground_truth: the gold answer (text after ``####``).
-
-    Returns:
-        1.0, 0.5 or 0.0.
-
     Example:
         >>> right_answer_reward(r"so \boxed{72}", "72"), right_answer_reward("72", "72")
         (1.0, 0.5)
