@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from grpo_helpers import data, evaluation, prompts, reference  # noqa: E402
+from grpo_helpers import data, evaluation, prompts, provenance, reference  # noqa: E402
 from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
 
@@ -124,7 +124,7 @@ def main() -> None:
         result = {
             "command": "python bench/recorded_answers.py " + " ".join(sys.argv[1:]),
             "run": run.caption,
-            "hardware": reference.hardware(),
+            "hardware": provenance.hardware(),
             "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "rows": rows,
         }

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from grpo_helpers import reference, replay
+from grpo_helpers import provenance, replay
 
 
 def _value(text: str) -> object:
@@ -51,8 +51,8 @@ def _quick_record(folder: Path) -> dict:
     return {
         "settings": config.to_dict(),
         "metrics": json.loads(result.metrics.to_json(orient="records")),
-        "hardware": reference.hardware(),
-        "provenance": reference.provenance(config.base_model),
+        "hardware": provenance.hardware(),
+        "provenance": provenance.record(config.base_model),
     }
 
 
@@ -110,7 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
             f"{first['recorded']!r}, rerun {first['rerun']!r}"
         )
     source = record.get("provenance", {})
-    here = reference.provenance()
+    here = provenance.record()
     for key in ("commit",):
         print(f"{key}: recorded {source.get(key, 'not recorded')}, here {here[key]}")
     print(f"numeric path here: {here['numeric']}")

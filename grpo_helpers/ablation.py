@@ -35,7 +35,16 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpo_helpers import answers, data, evaluation, presets, reference, stats, training
+from grpo_helpers import (
+    answers,
+    data,
+    evaluation,
+    presets,
+    provenance,
+    reference,
+    stats,
+    training,
+)
 from grpo_helpers.config import SETTINGS, GRPOConfig
 from grpo_helpers.rewards import canonical_reward
 
@@ -231,9 +240,9 @@ def run_variant(
         "metrics": json.loads(result.metrics.to_json(orient="records")),
         "held_out": points,
         "seconds": round(time.time() - started, 1),
-        "hardware": reference.hardware(),
-        "versions": reference.versions(),
-        "provenance": reference.provenance(config.base_model),
+        "hardware": provenance.hardware(),
+        "versions": provenance.versions(),
+        "provenance": provenance.record(config.base_model),
         "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
     if out_dir is not None:

@@ -163,15 +163,15 @@ def record_time(path: Path, stem: str, seconds: float) -> None:
     """Write one notebook's time into ``path`` under the current mode (``fast``
     with ``GRPO_FAST=1``, else ``full``), with the day, the machine and the
     commit; the other entries stay."""
-    from grpo_helpers import reference
+    from grpo_helpers import provenance
 
     times = json.loads(path.read_text()) if path.is_file() else {}
     mode = "fast" if SETTINGS.fast else "full"
     times.setdefault(mode, {})[stem] = {
         "seconds": round(seconds, 1),
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
-        "hardware": reference.hardware(),
-        "commit": reference.commit()["commit"][:12],
+        "hardware": provenance.hardware(),
+        "commit": provenance.commit()["commit"][:12],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(times, indent=1, sort_keys=True) + "\n")

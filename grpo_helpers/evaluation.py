@@ -21,12 +21,8 @@ article's ``eval.py``) is deliberately plain:
 4. one record per question (:data:`RECORD_COLUMNS`), in question order, so that two
    models' records line up question by question.
 
-What the records say is :mod:`grpo_helpers.report`'s (accuracies with Wilson
-intervals, base vs trained with McNemar's exact test on the questions that
-flipped), with the statistics of :mod:`grpo_helpers.stats`.
-
-Everything here works with PyTRIO's ``SamplingClient`` and with the local engine's, and
-from a plain script as well as from inside Jupyter (which already runs an event loop).
+:mod:`grpo_helpers.report` reads the records. Everything here works with PyTRIO's
+``SamplingClient`` and the local engine's, in a script and inside Jupyter.
 
 Introduced in: 07_evaluating_a_trained_model.ipynb
 """
@@ -287,10 +283,8 @@ def _completion_text(sequence: Any, tokenizer: Any) -> str:
 
 
 def regrade(records: pd.DataFrame) -> pd.DataFrame:
-    r"""The records with every grade recomputed from the text: ``extracted``,
-    ``boxed``, ``answer_lenient``, ``exact`` and ``lenient`` from each
-    ``completion`` and its ``gold`` answer, so that a number quoted from recorded
-    records never rests on a stored grade.
+    r"""The records with every grade (``extracted``, ``boxed``, ``answer_lenient``,
+    ``exact``, ``lenient``) recomputed from each ``completion`` and its ``gold``.
 
     Example:
         >>> frame = pd.DataFrame({"completion": ["so \\boxed{7}", "it is 7"],
@@ -305,10 +299,7 @@ def regrade(records: pd.DataFrame) -> pd.DataFrame:
         ],
         index=records.index,
     )
-    out = records.copy()
-    for column in graded.columns:
-        out[column] = graded[column]
-    return out
+    return records.assign(**{column: graded[column] for column in graded.columns})
 
 
 def _grade_text(text: str, gold: str) -> dict[str, Any]:

@@ -209,7 +209,7 @@ def base_facts(base_model: str) -> dict[str, Any]:
     """The base model's provenance for the card: what it is in words, its file and
     SHA-256, the package it came from, and the folder ``from_pretrained`` loads."""
     from grpo_helpers.local.models import pretrained_dir, resolve_model
-    from grpo_helpers.reference import model_file, model_words
+    from grpo_helpers.provenance import model_file, model_words
 
     source = resolve_model(base_model)
     facts: dict[str, Any] = {

@@ -8,7 +8,7 @@ Both loops of :mod:`grpo_helpers.training` write the same directory::
     runs/<name>/checkpoint.json   the last resumable state (step and its path)
     runs/<name>/weights.json      the final sampler weights (name and path)
     runs/<name>/provenance.json   the model in words, its file's SHA-256, the commit
-                                  and numeric path (``reference.provenance``)
+                                  and numeric path (``provenance.record``)
 
 :class:`RunDirectory` writes it and knows where a resumed run starts;
 :func:`load_metrics` and :func:`load_samples` read it back as DataFrames;
@@ -130,7 +130,7 @@ class RunDirectory:
         """Write the config and prepare the logs (after the model has loaded).
 
         Args:
-            provenance: what the run ran on (``reference.provenance`` and the model
+            provenance: what the run ran on (``provenance.record`` and the model
                 in words), written to ``provenance.json`` when the run starts. A
                 resumed run keeps the first one, and refuses to go on where the
                 model file's SHA-256 differs from it: other weights.

@@ -249,16 +249,16 @@ class _Run:
 
 def run_provenance(config: GRPOConfig) -> dict[str, Any]:
     """What ``runs/<name>/provenance.json`` holds: the model in words
-    (``reference.model_words``), its file and SHA-256, the commit and the numeric
-    path (``reference.provenance``). On PyTRIO the model runs on its servers: its
+    (``provenance.model_words``), its file and SHA-256, the commit and the numeric
+    path (``provenance.record``). On PyTRIO the model runs on its servers: its
     name is all this machine knows of it."""
-    from grpo_helpers import reference
+    from grpo_helpers import provenance
 
     if config.backend != "local":
-        return {"model": config.model_name, **reference.commit()}
+        return {"model": config.model_name, **provenance.commit()}
     return {
-        "model": reference.model_words(config.model_name),
-        **reference.provenance(config.model_name),
+        "model": provenance.model_words(config.model_name),
+        **provenance.record(config.model_name),
     }
 
 

@@ -129,9 +129,7 @@ def test_seed_level_interval_matches_a_hand_computation_and_scipy():
     half = 2.7764451051977987 * sd / 5**0.5  # t(0.975, 4 degrees of freedom)
     assert row["mean"] == pytest.approx(mean)
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((mean - half, mean + half))
-    low, high = scipy_stats.t.interval(
-        0.95, 4, loc=mean, scale=scipy_stats.sem(diffs)
-    )
+    low, high = scipy_stats.t.interval(0.95, 4, loc=mean, scale=scipy_stats.sem(diffs))
     assert (row["ci_low"], row["ci_high"]) == pytest.approx((low, high))
     assert (row["up"], row["down"], row["tied"], row["seeds"]) == (0, 5, 0, 5)
     assert row["sign_p"] == pytest.approx(2 / 32)  # all five down: 2 of 32 patterns

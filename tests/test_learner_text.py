@@ -97,9 +97,11 @@ def syllabus_row(stem: str) -> list[str]:
 @pytest.mark.parametrize("stem", STEMS)
 def test_one_fast_and_one_full_time_and_the_command(stem):
     line = " ".join(runtime_line(stem).split())
-    figures = FIGURE.findall(line)
+    found = list(FIGURE.finditer(line))
+    figures = [m.group(1) for m in found]
     assert len(figures) == 2, f"{stem}: runtime figures {figures} in {line!r}"
-    assert "fast" in line.split(figures[0])[0] and "full" in line.split(figures[1])[0]
+    fast, full = (line[: m.start()] for m in found)
+    assert "fast" in fast and "full" in full[len(fast) :], line
     assert f"python -m grpo_helpers series --only {stem[:2]}" in line
     assert syllabus_row(stem)[-2:] == figures, (stem, syllabus_row(stem), figures)
 

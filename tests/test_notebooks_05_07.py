@@ -514,17 +514,38 @@ def test_07_what_the_notebook_quotes():
 # ----------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", advantages.NORMALIZATIONS)
-def test_08_token_weights(mode):
+def test_08_gain_by_source_matches_the_package():
+    from grpo_helpers import answers
+
     solution = load_solution("08")
+    kinds = [c for c in answers.CLASSES if c != answers.RIGHT_BOXED]
+    every_kind = pd.DataFrame(
+        {
+            "flip": ["wrong -> right"] * len(kinds) + ["right -> wrong"] * len(kinds),
+            "before": kinds + [answers.RIGHT_BOXED] * len(kinds),
+            "after": [answers.RIGHT_BOXED] * len(kinds) + kinds,
+        }
+    )
+    for flips in (every_kind, every_kind[::3], every_kind[:0]):
+        assert solution.gain_by_source(flips) == answers.gain_sources(flips).to_dict()
+
+
+# ----------------------------------------------------------------------------------
+# Notebook 09
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", advantages.NORMALIZATIONS)
+def test_09_token_weights(mode):
+    solution = load_solution("09")
     for lengths in ([5, 40], [1], [3, 3, 9, 1], [64] * 8):
         assert solution.token_weights(lengths, mode, 64) == pytest.approx(
             advantages.length_scales(lengths, mode, 64)
         )
 
 
-def test_08_k3_estimate():
-    solution = load_solution("08")
+def test_09_k3_estimate():
+    solution = load_solution("09")
     rng = np.random.default_rng(1)
     for sizes in ([1], [3, 7], [5, 5, 5]):
         sampled = [list(-rng.exponential(size=n)) for n in sizes]

@@ -71,9 +71,7 @@ def test_solutions_pass_every_self_check_in_the_notebook(notebook_runs, stem):
         ("08_what_grpo_learned", "the finished run in"),
     ],
 )
-def test_07_and_08_evaluate_the_source_run_they_were_given(
-    notebook_runs, stem, origin
-):
+def test_07_and_08_evaluate_the_source_run_they_were_given(notebook_runs, stem, origin):
     run = notebook_runs.get(stem)
     assert run.ok, run.error
     source = Path(run.runs_dir) / "fast" / SOURCE_RUN

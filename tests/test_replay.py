@@ -9,7 +9,7 @@ import math
 import pandas as pd
 import pytest
 
-from grpo_helpers import presets, reference, replay, training
+from grpo_helpers import presets, provenance, replay, training
 from grpo_helpers.config import GRPOConfig
 
 
@@ -61,7 +61,7 @@ def tiny_record(tmp_path_factory):
     record = {
         "settings": config.to_dict(),
         "metrics": json.loads(result.metrics.to_json(orient="records")),
-        "provenance": reference.provenance(config.base_model),
+        "provenance": provenance.record(config.base_model),
     }
     assert result.metrics["updated"].any()  # a step with a gradient to compare
     return record

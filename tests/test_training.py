@@ -257,7 +257,7 @@ def test_a_new_run_records_its_model_and_provenance(tmp_path, service):
 def test_a_new_smollm2_run_records_the_model_files_hash(tmp_path, service):
     """One step of SmolLM2 (4 tokens): its record names the GGUF and its SHA-256,
     the file that was loaded, and says it is the dequantised 4-bit model."""
-    from grpo_helpers import reference
+    from grpo_helpers import provenance
     from grpo_helpers.local import models
 
     config = GRPOConfig(
@@ -270,7 +270,7 @@ def test_a_new_smollm2_run_records_the_model_files_hash(tmp_path, service):
     gguf = models.resolve_model(models.SMOLLM2).location
     assert saved["model_file"]["kind"] == "gguf"
     assert saved["model_file"]["file"] == Path(gguf).name
-    assert saved["model_file"]["sha256"] == reference.file_sha256(gguf)
+    assert saved["model_file"]["sha256"] == provenance.file_sha256(gguf)
     assert len(saved["model_file"]["sha256"]) == 64
     assert "4-bit (Q4_1) GGUF" in saved["model"] and "dequantised" in saved["model"]
 
