@@ -479,6 +479,52 @@ def flips_and_p_check(
     return self_check(exercise, compute, want, tol=1e-12, cases=names, strict=strict)
 
 
+def every_flip_kind() -> Any:
+    """A flip table with every class of wrong answer on both sides of a flip:
+    wrong -> right from each wrong class, right -> wrong to each."""
+    import pandas as pd
+
+    from grpo_helpers import answers
+
+    kinds = [c for c in answers.CLASSES if c != answers.RIGHT_BOXED]
+    return pd.DataFrame(
+        {
+            "flip": ["wrong -> right"] * len(kinds) + ["right -> wrong"] * len(kinds),
+            "before": kinds + [answers.RIGHT_BOXED] * len(kinds),
+            "after": [answers.RIGHT_BOXED] * len(kinds) + kinds,
+        }
+    )
+
+
+def gain_by_source_check(
+    exercise: str,
+    gain_by_source: Callable[[Any], Any],
+    flips: Sequence[Any] = (),
+    strict: bool | None = None,
+) -> bool:
+    """Check ``gain_by_source(flips)`` (notebook 08): the net exact gain split by
+    what the wrong side of each flip lacked, as ``answers.gain_sources`` splits it.
+
+    Cases: every class of wrong answer on both sides (:func:`every_flip_kind`),
+    every other row of it, wrong -> right flips only, no flip at all, and the flip
+    tables the notebook passes (the learner's run and the recorded one).
+    """
+    from grpo_helpers import answers
+
+    every = every_flip_kind()
+    tables = [every, every[::2], every[every["flip"] == "wrong -> right"], every[:0]]
+    names = ["every kind", "every other kind", "gains only", "no flip"]
+    tables += list(flips)
+    names += [f"flip table {i + 1} of the notebook" for i in range(len(flips))]
+    want = [answers.gain_sources(t).to_dict() for t in tables]
+
+    def compute() -> Any:
+        got = [gain_by_source(t.copy()) for t in tables]
+        return None if all(g is None for g in got) else [dict(g) for g in got]
+
+    return self_check(exercise, compute, want, cases=names, strict=strict)
+
+
 #: ``(accuracy, half_width)`` of :func:`questions_needed_check`: the notebook's
 #: questions, one that needs thousands of questions and a coin flip.
 QUESTIONS_TARGETS = (

@@ -130,6 +130,40 @@ class Exercise:
 # The wrong answers, exercise by exercise
 # ----------------------------------------------------------------------------------
 
+# gain_by_source(flips)
+_LACKED = {
+    "right, unboxed": "the box",
+    "copied the example": "answering, in time",
+    "cut off": "answering, in time",
+    "no number": "answering, in time",
+    "wrong operation": "arithmetic",
+    "right operation, wrong result": "arithmetic",
+    "wrong number, other": "arithmetic",
+}
+
+
+def _gain(flips, sign=-1, side=("before", "after"), lacked=_LACKED, losses=True):
+    totals = {"the box": 0, "answering, in time": 0, "arithmetic": 0}
+    for row in flips.to_dict("records"):
+        gained = row["flip"] == "wrong -> right"
+        if not gained and not losses:
+            continue
+        wrong = row[side[0]] if gained else row[side[1]]
+        totals[lacked.get(wrong, "arithmetic")] += 1 if gained else sign
+    return totals
+
+
+GAIN_BY_SOURCE = {
+    "a right -> wrong flip counted as a gain": lambda flips: _gain(flips, sign=1),
+    "the class after a gain, before a loss (the right side)": lambda flips: _gain(
+        flips, side=("after", "before")
+    ),
+    "right, unboxed read as answering in time": lambda flips: _gain(
+        flips, lacked=_LACKED | {"right, unboxed": "answering, in time"}
+    ),
+    "the losses left out": lambda flips: _gain(flips, losses=False),
+}
+
 # fraction_cut_off(token_counts, max_tokens)
 FRACTION_CUT_OFF = {
     "a completion of exactly max_tokens counted as cut off": lambda counts, m: float(
@@ -849,6 +883,9 @@ EXERCISES = {
         _two_await_check,
         TRAIN_STEP_ASYNC,
         fixtures=("service", "prompt_batch", "response"),
+    ),
+    "gain_by_source": Exercise(
+        lambda answer: checks.gain_by_source_check("exercise", answer), GAIN_BY_SOURCE
     ),
     "wilson_by_hand": Exercise(
         lambda answer: checks.wilson_by_hand_check("exercise", answer), WILSON_BY_HAND
