@@ -102,6 +102,26 @@ def file_sha256(path: str) -> str:
     return digest.hexdigest()
 
 
+def _cpu() -> dict[str, str]:
+    """The CPU's name and, on Linux, its family, model and stepping (a virtual
+    machine's name says little: "AMD EPYC" covers several generations)."""
+    fields: dict[str, str] = {}
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
+    except OSError:
+        return {"cpu": platform.processor()}
+    out = {"cpu": fields.get("model name", platform.processor())}
+    if "cpu family" in fields:
+        out["cpu_id"] = (
+            f"{fields.get('vendor_id', '?')} family {fields['cpu family']} model "
+            f"{fields.get('model', '?')} stepping {fields.get('stepping', '?')}"
+        )
+    return out
+
+
 def numeric_path() -> dict[str, Any]:
     """What decides the floating-point path of a run on this machine, as far as
     torch reports it: the CPU, torch's vector kernels and BLAS, the thread count,
@@ -111,12 +131,7 @@ def numeric_path() -> dict[str, Any]:
     these agree (``docs/results.md``, "Why one configuration gave two results").
     """
     out: dict[str, Any] = {"machine": platform.machine()}
-    try:
-        with open("/proc/cpuinfo") as handle:
-            names = [ln.split(":", 1)[1].strip() for ln in handle if "model name" in ln]
-        out["cpu"] = names[0] if names else platform.processor()
-    except OSError:
-        out["cpu"] = platform.processor()
+    out.update(_cpu())
     try:
         import torch
     except ImportError:
