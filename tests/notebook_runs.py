@@ -81,13 +81,30 @@ def _tags(cell) -> list[str]:  # noqa: ANN001
 
 
 def _printed(cells) -> list[str]:  # noqa: ANN001
-    """The lines the cells printed, in order."""
+    """The lines the cells printed, in order (not the hidden tests' results)."""
+    from grpo_helpers.hidden_tests import RESULT
+
     return [
         line
         for cell in cells
         for output in cell.get("outputs", [])
         for line in output.get("text", "").splitlines()
+        if not line.startswith(RESULT)
     ]
+
+
+def _stdout(cell) -> str:  # noqa: ANN001
+    return "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stdout"
+    )
+
+
+def judge(printed: str, key: dict) -> str:
+    from grpo_helpers.hidden_tests import judge
+
+    return judge(printed, key)
 
 
 def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
@@ -99,7 +116,8 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
 
     from grpo_helpers import course
 
-    teacher = course.source_notebook(NOTEBOOKS / f"{stem}.ipynb")
+    key = {}
+    teacher = course.source_notebook(NOTEBOOKS / f"{stem}.ipynb", key)
     added = [
         nbformat.v4.new_code_cell(cell.source)
         for cell in teacher.cells
@@ -112,6 +130,9 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
     ):
         kind = "self-check" if "self-check" in _tags(original) else "exercise"
         cell.metadata["tags"] = [ADDED_TAG, kind]
+        grade_id = original.metadata.get("nbgrader", {}).get("grade_id")
+        if kind == "self-check":  # what the grader judges its printed results with
+            cell.metadata["hidden_key"] = key[grade_id]
     override = PARAMETER_OVERRIDES.get(stem)
     if override:
         (parameters,) = [c for c in nb.cells if "parameters" in _tags(c)]
@@ -182,6 +203,12 @@ def execute(stem: str, out_dir: Path) -> Execution:
     added_checks = [
         c for c in nb.cells if ADDED_TAG in _tags(c) and "self-check" in _tags(c)
     ]
+    if not error:  # the hidden tests' results, judged as the grader does
+        error = "\n".join(
+            verdict
+            for cell in added_checks
+            if (verdict := judge(_stdout(cell), cell.metadata["hidden_key"]))
+        )
     nb.cells = [c for c in nb.cells if ADDED_TAG not in _tags(c)]
     own_checks = [c for c in nb.cells if "self-check" in _tags(c)]
     nb.metadata["grpo"] = {
