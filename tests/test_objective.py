@@ -10,6 +10,7 @@ loop's bookkeeping."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -153,6 +154,34 @@ def test_ratio_metrics_count_the_tokens_the_clip_stops():
 def test_bad_objective_settings_are_clear_errors(field, value, message):
     with pytest.raises(ValueError, match=message):
         GRPOConfig(**{field: value})
+
+
+FLOAT_SETTINGS = [f.name for f in dataclasses.fields(GRPOConfig) if f.type == "float"]
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+@pytest.mark.parametrize("setting", FLOAT_SETTINGS)
+def test_every_float_setting_refuses_inf_and_nan_by_name(setting, value):
+    """Issue 38: ``inf`` passed ``>= 0`` checks (kl_coef, learning_rate,
+    temperature, clip_high)."""
+    with pytest.raises(ValueError, match=f"{setting} must be a finite number"):
+        GRPOConfig(**{setting: value})
+
+
+def test_the_float_settings_are_the_objectives_and_the_samplers():
+    assert sorted(FLOAT_SETTINGS) == sorted(
+        [
+            "temperature",
+            "top_p",
+            "learning_rate",
+            "beta1",
+            "beta2",
+            "clip_low",
+            "clip_high",
+            "kl_coef",
+            "grad_clip_norm",
+        ]
+    )
 
 
 # ------------------------------------------------------------------ on the engine
