@@ -63,6 +63,7 @@ class Execution:
     stub_checks: list[str]  # lines printed by the notebook's own self-check cells
     solution_checks: list[str]  # lines printed by the added cells (solutions in)
     runs_dir: str  # the GRPO_RUNS_ROOT its kernel saw
+    wants: list[str]  # repr of each value a self_check compared with
 
     def text(self) -> str:
         """Every stream output of the executed copy, in cell order."""
@@ -141,6 +142,40 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
     return nb
 
 
+#: An IPython startup file of the test's kernels: every ``checks.self_check``
+#: writes the value it compares with (``want``) to ``GRPO_TEST_WANTS``, so that a
+#: test can check that no hint shows one.
+RECORD_WANTS = """
+def _record_wants():
+    import json, os
+    from grpo_helpers import checks
+
+    check = checks.self_check
+
+    def self_check(exercise, compute, want, *args, **kwargs):
+        with open(os.environ["GRPO_TEST_WANTS"], "a") as out:
+            out.write(json.dumps({"exercise": exercise, "want": repr(want)}) + "\\n")
+        return check(exercise, compute, want, *args, **kwargs)
+
+    checks.self_check = self_check
+
+
+_record_wants()
+del _record_wants
+"""
+
+
+def _wants_recorder(out_dir: Path, stem: str) -> tuple[Path, Path]:
+    """(IPYTHONDIR with :data:`RECORD_WANTS` as its startup file, the record)."""
+    ipython = out_dir / "ipython" / stem
+    startup = ipython / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-record-wants.py").write_text(RECORD_WANTS)
+    record = out_dir / f"{stem}.wants.jsonl"
+    record.unlink(missing_ok=True)
+    return ipython, record
+
+
 def make_source_run(runs_root: Path) -> Path:
     """A fast-mode run of notebook 05's settings, for notebook 07 to evaluate.
 
@@ -177,10 +212,13 @@ def execute(stem: str, out_dir: Path) -> Execution:
         make_source_run(runs_dir / "fast")  # the kernel runs in fast mode
     nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     nb = with_solution_checks(nb, stem)
+    ipython, wants = _wants_recorder(out_dir, stem)
     env = {
         **os.environ,
         "GRPO_FAST": "1",
         "GRPO_RUNS_ROOT": str(runs_dir),
+        "IPYTHONDIR": str(ipython),
+        "GRPO_TEST_WANTS": str(wants),
         # this checkout's package, wherever an editable install points
         "PYTHONPATH": os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -228,6 +266,10 @@ def execute(stem: str, out_dir: Path) -> Execution:
         stub_checks=_printed(own_checks),
         solution_checks=_printed(added_checks),
         runs_dir=str(runs_dir),
+        wants=[
+            json.loads(line)["want"]
+            for line in (wants.read_text().splitlines() if wants.exists() else [])
+        ],
     )
 
 
