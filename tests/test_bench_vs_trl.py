@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import math
 
-import pytest
 from benches import load_bench
+from needs_trl import import_trl
 
-pytest.importorskip("trl")
+import_trl()
 
 
 def test_vs_trl_quick_runs_both_sides_and_prints_its_result_line(capsys):

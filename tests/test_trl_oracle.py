@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import pytrio as trio
 import torch
+from needs_trl import import_trl
 
 from grpo_helpers import advantages as adv
 from grpo_helpers import datum, step_math, trl_mapping
@@ -42,7 +43,7 @@ from grpo_helpers.engines import connect
 from grpo_helpers.local import losses
 from grpo_helpers.local.models import load_model, pretrained_dir
 
-trl = pytest.importorskip("trl")
+trl = import_trl()
 from datasets import Dataset  # noqa: E402  (a TRL dependency)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -488,14 +489,14 @@ def test_trl_defaults_assume_a_gpu_and_the_cpu_export_turns_them_off(tmp_path):
 def test_the_trl_extra_needs_python_3_11():
     import importlib.metadata
 
-    import tomllib  # Python 3.11: this file is skipped before, without TRL
+    import tomllib  # Python 3.11: this file is skipped before (tests/needs_trl.py)
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extra = pyproject["project"]["optional-dependencies"]["trl"]
     assert extra == [f"trl=={trl_mapping.TRL_VERSION}; python_version >= '3.11'"]
     assert importlib.metadata.metadata("trl")["Requires-Python"] == ">=3.11"
     assert importlib.metadata.version("trl") == trl_mapping.TRL_VERSION
-    assert sys.version_info >= (3, 11)  # else importorskip above skipped this file
+    assert sys.version_info >= (3, 11)  # else import_trl above skipped this file
 
 
 def test_trl_refuses_an_adapter_on_lm_head(tmp_path):
