@@ -470,7 +470,8 @@ def test_resume_after_sigkill_is_the_same_training(tmp_path, mode):
 #: A run that kills itself (SIGKILL) at one point of step ``at``: writing its
 #: checkpoint (between the two renames of the atomic write), right after the
 #: checkpoint's state is written (before checkpoint.json names it), half-way
-#: through its samples, or after its metrics line.
+#: through its samples, or after its metrics line (what
+#: ``test_resume_after_sigkill_is_the_same_training`` tries).
 KILL_AT = textwrap.dedent(
     """
     import json, os, signal, sys
@@ -546,13 +547,11 @@ def uninterrupted(tmp_path_factory):
         ("checkpoint-written", 2, 1),
         ("samples-written", 2, 1),
         ("state-written", 3, 2),
-        ("metrics", 2, 2),
     ],
     ids=[
         "while-the-checkpoint-is-written",
         "while-the-samples-are-written",
         "save-every-2-after-its-state",
-        "save-every-2-between-checkpoints",
     ],
 )
 def test_a_run_killed_anywhere_resumes_to_the_same_training(
