@@ -2,24 +2,29 @@
 grader that cannot be gamed.
 
 * the student edition (built once for the module) ships no solution, hidden test
-  or path to either, and its graded cells hold only the learners' checks;
+  or path to either, and its graded cells hold only the learners' checks; no graded
+  cell holds an expected value (the key stays with the grader);
 * no cell of any notebook loads the reference solutions (issue 22);
 * the hidden tests of every exercise of every notebook pass the solutions and fail
   a stub, a typical wrong answer, an answer that hard-codes the visible cases and
-  an answer that delegates to a package function the exercise rules out (in this
-  process, no nbgrader: quick);
-* nbgrader grades notebook 03 handed in by five students (one grading run, two
+  an answer that delegates to a package function the exercise rules out, however
+  it reaches it (in this process, no nbgrader: quick; each run as the grader does,
+  in the kernel, then judged against the key);
+* nbgrader grades notebook 03 handed in by eleven students (one grading run, two
   students at a time, shared by the tests below it, each asserting its own
   student's rows): the solutions get full marks; delegating to the solutions,
   reading the solution files, patching ``checks``, hard-coding the visible
-  examples and calling the package's own function each score zero; an endless
-  loop is stopped and reported while the notebook goes on; a correct submission
-  with a cell slower than the function limit (a slow import on a loaded machine)
-  gets full marks; the submissions run where the solutions are not; the grades
-  file has a row per exercise and a total per student; ``--feedback`` writes each
-  student's feedback;
-* the per-student time budget stops a grading process that hangs (a stand-in
-  process, no nbgrader).
+  examples, calling the package's own function and each attack of issue 38 (a
+  fresh copy, a rebuilt function, a re-import, a hunt for the expected values,
+  IPython's hooks, a swallowed or cancelled alarm, a process left running) score
+  zero; an endless loop is stopped and reported while the notebook goes on; a
+  correct submission with a cell slower than the function limit (a slow import on
+  a loaded machine) gets full marks; the submissions run where the solutions are
+  not; the grades file has a row per exercise and a total per student;
+  ``--feedback`` writes each student's feedback;
+* around the kernel (stand-in processes, no nbgrader): the per-student time budget
+  stops a grading process that hangs, a daemon left by a kernel is adopted and
+  killed, the watchdog kills past a deadline or a cell's budget.
 """
 
 from __future__ import annotations
