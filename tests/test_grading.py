@@ -1100,8 +1100,10 @@ CANCELS = textwrap.dedent("""
 #: A process in a session of its own that outlives the notebook and rewrites
 #: the grades: this student's results file, then the grades file.
 LEFTOVER = textwrap.dedent('''
+    import os
     import subprocess
     import sys
+    import time
 
     FORGE = """
     import json, pathlib, time
@@ -1124,6 +1126,10 @@ LEFTOVER = textwrap.dedent('''
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
+    for _ in range(300):  # until it runs (a loaded machine starts it slowly)
+        if os.path.exists({canary!r}):
+            break
+        time.sleep(0.1)
 
 
     def smallest_group_size(pass_rate, max_degenerate):
@@ -1133,7 +1139,7 @@ LEFTOVER = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def graded(edition, tmp_path_factory):
-    """One grading run (the CLI, with --feedback) of five students."""
+    """One grading run (the CLI, with --feedback) of eleven students."""
     _, notebooks, course_dir = edition
     folder = tmp_path_factory.mktemp("submissions")
     spy = folder.parent / "fay-saw.json"
@@ -1472,7 +1478,7 @@ def test_a_daemon_left_by_a_kernel_is_adopted_and_killed(tmp_path):
     writer."""
     canary = tmp_path / "canary"
     grading_process = textwrap.dedent(f"""
-        import subprocess, sys, time
+        import pathlib, subprocess, sys, time
         sys.path.insert(0, {str(ROOT / "grpo_helpers")!r})
         import grading_guard
         assert grading_guard.become_subreaper()
@@ -1481,7 +1487,11 @@ def test_a_daemon_left_by_a_kernel_is_adopted_and_killed(tmp_path):
             + repr({WRITER!r}) + ", {str(canary)!r}], start_new_session=True)"
         )
         subprocess.run([sys.executable, "-c", kernel], timeout=30)
-        time.sleep(1.0)  # the writer runs; the kernel is gone
+        for _ in range(300):  # the writer runs; the kernel is gone
+            if pathlib.Path({str(canary)!r}).exists():
+                break
+            time.sleep(0.1)
+        time.sleep(0.2)
         print(grading_guard.kill_descendants())
     """)
     if not sys.platform.startswith("linux"):
@@ -1520,7 +1530,10 @@ def test_the_watchdog_kills_past_a_deadline_it_was_told_or_a_cell_budget(
         try:
             watchdog = grading_guard.Watchdog(tmp_path / "watch", root=root.pid)
             watchdog.begin_notebook("03_x")
-            time.sleep(0.3)
+            for _ in range(300):  # until the writer runs
+                if canary.exists():
+                    break
+                time.sleep(0.05)
             assert _still_writing(canary, 0.3)
             if how == "case":  # what a hidden test writes: due now
                 (tmp_path / "watch").write_text(f"{time.time():.3f} case 1 of 7")
