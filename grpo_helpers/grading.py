@@ -51,7 +51,7 @@ would fail the slow import of a loaded machine.
 
 A learner's loop that swallows the alarm (``except BaseException``) or cancels it
 (``signal.setitimer``) is stopped from outside: the hidden test tells the grading
-process each case's deadline, and :data:`grading_guard.GRACE` seconds after it the
+process each case's deadline, and :data:`grading_guard.GRACE` (3) seconds after it the
 kernel and everything it started are killed; the notebook then gets no more points
 and the reason is in the grades file. A graded cell also has a budget that the
 kernel cannot change (``function_seconds`` per hidden case and check, plus a

@@ -1078,24 +1078,28 @@ STUB_2 = textwrap.dedent("""
     def success_advantage(group_size, num_successes, scale="none"):
         return None
 """)
-#: Endless loops that swallow the alarm, or cancel it.
+#: Endless loops that swallow the alarm, or cancel it (they wait rather than
+#: spin, to leave the cores to the other students).
 SWALLOWS = textwrap.dedent("""
+    import time
+
+
     def smallest_group_size(pass_rate, max_degenerate):
         while True:
             try:
-                while True:
-                    pass
+                time.sleep(1)
             except BaseException:  # the alarm too
                 continue
 """)
 CANCELS = textwrap.dedent("""
     import signal
+    import time
 
 
     def smallest_group_size(pass_rate, max_degenerate):
         signal.setitimer(signal.ITIMER_REAL, 0)  # no alarm
         while True:
-            pass
+            time.sleep(1)
 """)
 #: A process in a session of its own that outlives the notebook and rewrites
 #: the grades: this student's results file, then the grades file.
