@@ -45,8 +45,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -94,12 +96,24 @@ def time_limit(seconds: float | None) -> Iterator[None]:
         raise TimeLimitExceeded(f"took longer than {seconds:g} s: an endless loop?")
 
     previous = signal.signal(signal.SIGALRM, stop)
+    _tell_grader(f"{time.time() + float(seconds):.3f} a self-check")
     signal.setitimer(signal.ITIMER_REAL, float(seconds))
     try:
         yield
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        _tell_grader("")
+
+
+def _tell_grader(deadline: str) -> None:
+    """Under the grader, write when the check must end (``GRPO_GRADING_WATCH``):
+    a learner's loop that swallows the alarm or cancels it is then stopped from
+    outside (:class:`grpo_helpers.grading_guard.Watchdog`)."""
+    watch = os.environ.get("GRPO_GRADING_WATCH")
+    if watch:
+        with contextlib.suppress(OSError), open(watch, "w") as out:
+            out.write(deadline)
 
 
 def _close(got: Any, want: Any, tol: float | None) -> bool:

@@ -21,6 +21,7 @@ Introduced in: 01_gsm8k_dataset.ipynb
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -327,9 +328,20 @@ class GRPOConfig:
             ),
             (bool(self.weights_name.strip()), "weights_name must not be empty"),
         ]
-        errors = [message for ok, message in checks if not ok]
+        errors = [*self._not_finite(), *(message for ok, message in checks if not ok)]
         if errors:
             raise ValueError("Bad GRPO configuration: " + "; ".join(errors))
+
+    def _not_finite(self) -> list[str]:
+        """A message for each float setting that is infinite or not a number
+        (``inf`` passes a check such as ``>= 0``)."""
+        messages = []
+        for setting in fields(self):
+            value = getattr(self, setting.name)
+            number = isinstance(value, (int, float)) and not isinstance(value, bool)
+            if setting.type == "float" and number and not math.isfinite(value):
+                messages.append(f"{setting.name} must be a finite number, got {value}")
+        return messages
 
     @property
     def model_name(self) -> str:

@@ -296,6 +296,9 @@ def build_book(out: Path = BOOK, executed_dir: Path = EXECUTED) -> dict[str, Any
 STUDENT = ROOT / "build" / "student"
 COURSE = ROOT / "build" / "grading"
 SOLUTIONS = NOTEBOOKS / "solutions"
+#: The hidden tests' expected values, in the course directory (teacher's side):
+#: ``{notebook: {grade_id: key}}`` (:attr:`grpo_helpers.hidden_tests.Hidden.key`).
+KEY = "hidden_key.json"
 ASSIGNMENT = "series"
 COURSE_ID = "grpo-notebooks"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
@@ -393,7 +396,7 @@ def _without_solution_paths(text: str) -> str:
     return text
 
 
-def source_notebook(path: Path) -> Any:
+def source_notebook(path: Path, key: dict[str, Any] | None = None) -> Any:
     """The nbgrader *source* version of a notebook (the teacher's side).
 
     * Each exercise cell keeps the learner's stub and gains the solution between
@@ -402,13 +405,18 @@ def source_notebook(path: Path) -> Any:
     * Each self-check cell becomes an autograded test cell worth one point. It
       keeps the learner's check (under grading it runs with
       ``GRPO_STRICT_CHECKS=1``, so a wrong answer raises) and gains the hidden
-      tests (:func:`grpo_helpers.hidden_tests.hidden_block`): the cases of
-      ``HIDDEN_CASES`` in the solutions file, with expected values computed here
-      and written as literals between ``### BEGIN HIDDEN TESTS`` /
-      ``### END HIDDEN TESTS`` (nbgrader removes them from the student edition and
-      restores them when it autogrades).
+      tests (:func:`grpo_helpers.hidden_tests.hidden_test`): the cases of
+      ``HIDDEN_CASES`` in the solutions file, as literals between
+      ``### BEGIN HIDDEN TESTS`` / ``### END HIDDEN TESTS`` (nbgrader removes them
+      from the student edition and restores them when it autogrades). The
+      expected values, computed here, are not in the notebook: they go to ``key``.
     * The sentence that names ``solutions/<notebook>.py`` says instead that the
       solutions are not in this edition.
+
+    Args:
+        path: the notebook.
+        key: when given, gets ``{grade_id: key}`` of each graded cell (what
+            :func:`grpo_helpers.hidden_tests.judge` compares its results with).
     """
     import nbformat
 
@@ -434,8 +442,10 @@ def source_notebook(path: Path) -> Any:
             "schema_version": 3,
             "task": False,
         }
-        hidden = hidden_tests.hidden_block(name, cases[name], getattr(solutions, name))
-        check.source = f"{check.source.rstrip()}\n\n{hidden}"
+        hidden = hidden_tests.hidden_test(name, cases[name], getattr(solutions, name))
+        check.source = f"{check.source.rstrip()}\n\n{hidden.block}"
+        if key is not None:
+            key[f"exercise-{number}"] = hidden.key
         check.metadata["nbgrader"] = {
             "grade": True,
             "solution": False,
@@ -486,7 +496,8 @@ def build_student(out: Path = STUDENT, course: Path = COURSE) -> Path:
     it.
 
     ``course`` is the teacher's nbgrader course directory (``source/`` with the
-    solutions and the hidden tests, ``release/``, ``gradebook.db``); grading
+    solutions and the hidden tests, ``release/``, ``gradebook.db``, and
+    :data:`KEY`, the hidden tests' expected values); grading
     (:func:`grpo_helpers.grading.grade`) reads it. Never hand it out.
 
     Returns:
@@ -500,7 +511,7 @@ def build_student(out: Path = STUDENT, course: Path = COURSE) -> Path:
 
     if out.exists():
         shutil.rmtree(out)
-    for stale in ("source", "release", "gradebook.db"):  # grades and feedback stay
+    for stale in ("source", "release", "gradebook.db", KEY):  # grades stay
         path = course / stale
         if path.is_dir():
             shutil.rmtree(path)
@@ -509,8 +520,11 @@ def build_student(out: Path = STUDENT, course: Path = COURSE) -> Path:
     source = course / "source" / ASSIGNMENT
     source.mkdir(parents=True)
     write_nbgrader_config(course)
+    keys: dict[str, Any] = {}
     for path in notebook_paths():
-        nbformat.write(source_notebook(path), source / path.name)
+        keys[path.stem] = {}
+        nbformat.write(source_notebook(path, keys[path.stem]), source / path.name)
+    (course / KEY).write_text(json.dumps(keys, indent=1, allow_nan=False) + "\n")
     config = Config()
     config.CourseDirectory.root = str(course)
     config.CourseDirectory.course_id = COURSE_ID

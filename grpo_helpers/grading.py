@@ -10,22 +10,33 @@ that runs without an error earns its point.
 
 **Where a submission runs.** Each student is graded in a fresh folder of its own
 directly in the system's temporary directory, made just before and removed just
-after: a copy of ``grpo_helpers``, the data, the gradebook and that student's
-notebooks, and nothing else. The kernel imports that copy (``PYTHONPATH``), so
-every path the package computes (``SETTINGS.project_root``, ``course.SOLUTIONS``)
-points into the folder, where ``notebooks/solutions/`` does not exist; the folder
-is not inside the project, so no relative path leads back to it. A submission that
-opens the solutions through the package's paths, or calls the teacher's loader
+after: a copy of ``grpo_helpers``, the data and that student's notebooks, and
+nothing else. The kernel imports that copy (``PYTHONPATH``), so every path the
+package computes (``SETTINGS.project_root``, ``course.SOLUTIONS``) points into
+the folder, where ``notebooks/solutions/`` does not exist; the folder is not
+inside the project, so no relative path leads back to it. A submission that opens
+the solutions through the package's paths, or calls the teacher's loader
 (``course._load_solutions``, which the hidden tests also make raise), fails.
+
+**Where the answers are.** Nowhere the learner's code runs. A graded cell's hidden
+tests hold the cases, not the expected values: they print what the learner's
+function returned, and the grading process compares that with the key
+(``<course>/hidden_key.json``) after the cell ran
+(:func:`grpo_helpers.hidden_tests.judge`). The gradebook, which holds the graded
+cells' code, lies outside the student's folder, and a graded cell whose code is
+not the teacher's scores nothing. :mod:`grpo_helpers.grading_guard` holds what
+surrounds the kernel: a startup file that makes graded cells immune to the
+notebook's IPython hooks (input and AST transformers, custom exception handlers),
+the verdict, the watchdog and the killing of leftovers.
 
 This is not a sandbox: the code of a submission runs as the teacher's user. It
 does not stop a submission that searches the file system (the project by absolute
-path, the temporary directory where, with ``workers`` > 1, another student's
-folder exists at the same time), finds the project through the Python installation
-(a virtual environment inside it), the installed package's metadata or ``/proc``,
-reads the gradebook of its own folder (the hidden tests' expected values),
-rewrites Python's builtins, or attacks the grading processes or other files. For
-that, grade in a container or as a user who cannot read the project.
+path or through the Python installation, whose ``notebooks/solutions/`` and course
+directory the teacher's machine holds; the temporary directory where, with
+``workers`` > 1, another student's folder exists at the same time), rewrites
+Python's builtins or the kernel's own machinery, or attacks the grading processes
+(kills them, reads their memory) or other files. For that, grade in a container
+or as a user who cannot read the project (``docs/teaching.md``).
 
 **Time limits.** Two kinds of slowness must not be confused: a cell that imports
 torch or trains for a minute on a busy machine, and an endless loop in a learner's
@@ -35,14 +46,26 @@ kernel) in each check and in each call of a hidden test. What an exercise's
 function does takes milliseconds (notebook 06's check samples a few tokens of the
 tiny model: about a second), so a minute cannot cut off a right answer however
 loaded the machine, while an endless loop is stopped after it and reported as
-such. A limit per cell could not do both:
-tight enough to stop a loop quickly, it would fail the slow import of a loaded
-machine. Two backstops catch what is not a graded function (a loop at the top of
-a cell): nbgrader's per-cell limit, ``cell_seconds`` (900 by default, far above
-any cell of the series in fast mode), and ``total_seconds`` per student (3600 by
-default), after which the student's grading process is stopped, that student's
-notebooks get no points with the reason in the grades file, and grading goes on
-with the next student.
+such. A limit per cell could not do both: tight enough to stop a loop quickly, it
+would fail the slow import of a loaded machine.
+
+A learner's loop that swallows the alarm (``except BaseException``) or cancels it
+(``signal.setitimer``) is stopped from outside: the hidden test tells the grading
+process each case's deadline, and :data:`grading_guard.GRACE` (3) seconds after it the
+kernel and everything it started are killed; the notebook then gets no more points
+and the reason is in the grades file. A graded cell also has a budget that the
+kernel cannot change (``function_seconds`` per hidden case and check, plus a
+margin), any other cell ``cell_seconds`` (900 by default) plus the margin; past
+it, the same. Nothing a kernel started outlives its notebook's execution: the
+grading process adopts orphans and kills them all before the grades are written.
+``total_seconds`` per student (3600 by default) is the last backstop: the
+student's grading process is then stopped, that student's notebooks get no points
+with the reason in the grades file, and grading goes on with the next student.
+
+The module is longer than most and stays whole: the grading process runs this very
+file as a script (copied beside ``grading_guard.py`` and ``hidden_tests.py``, and
+importing no other part of the package), so what that process does lives here
+beside what starts it and reads what it wrote.
 
 Introduced in: the README (for teachers)
 """
@@ -115,7 +138,8 @@ def grade(
 
     submissions = Path(submissions)
     course_dir = Path(course.COURSE if course_dir is None else course_dir)
-    if not (course_dir / "gradebook.db").is_file():
+    built = [course_dir / "gradebook.db", course_dir / course.KEY]
+    if not all(path.is_file() for path in built):
         course.build_student(course=course_dir)
     sources = course_dir / "source" / course.ASSIGNMENT
     known = sorted(p.stem for p in sources.glob("*.ipynb"))
@@ -139,7 +163,9 @@ def grade(
         "data": str(course.ROOT / "data"),
         "assignment": course.ASSIGNMENT,
         "course_id": course.COURSE_ID,
+        "key": str((course_dir / course.KEY).resolve()),
         "cell_seconds": int(cell_seconds),
+        "function_seconds": float(function_seconds),
         "feedback": bool(feedback),
         "kernel_env": {
             "GRPO_FAST": "1",
@@ -180,14 +206,18 @@ def _notebook_rows(
     else:
         reason = (
             outcome.get("stopped")
+            or graded.get("stopped")
             or outcome.get("failed")
             or graded.get("first_error")
+            or outcome.get("failure")
             or ("not graded" if not graded else "no points and no error recorded")
         )
     rows = []
     for grade_id, maximum in _grade_ids(source):
         score = graded.get("grades", {}).get(grade_id)
-        points = float(score[0]) if score is not None and stem in handed_in else 0.0
+        points = (
+            float(score[0] or 0) if score is not None and stem in handed_in else 0.0
+        )
         passed = points == maximum
         error = "" if passed else graded.get("errors", {}).get(grade_id) or reason
         rows.append(
@@ -256,7 +286,8 @@ def _run_drivers(
     work = Path(tempfile.mkdtemp(prefix="grpo-grading-"))
     try:
         (work / "driver").mkdir()
-        shutil.copy(Path(__file__), work / "driver" / "grading.py")
+        for name in ("grading", "grading_guard", "hidden_tests"):  # stdlib, nbgrader
+            shutil.copy(PACKAGE / f"{name}.py", work / "driver" / f"{name}.py")
         with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
             jobs = [
                 pool.submit(_worker, number, spec, results, total_seconds, work)
@@ -368,19 +399,20 @@ def _watch(
 
 
 def _kill(process: subprocess.Popen) -> None:
-    """Kill the grading process, its kernels and what they started."""
-    try:
-        import psutil
-
-        children = psutil.Process(process.pid).children(recursive=True)
-    except Exception:  # noqa: BLE001 - no psutil, or already gone: the group is enough
-        children = []
+    """Kill the grading process, its kernels and what they started (the grading
+    process adopted their orphans: they are all below it)."""
+    _sibling("grading_guard").kill_descendants(process.pid)
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    for child in children:
-        with contextlib.suppress(Exception):
-            child.kill()
     process.wait()
+
+
+def _sibling(name: str) -> Any:
+    """A module of the package: ``grpo_helpers.<name>`` here, the copy beside this
+    file in the grading process (a script, which imports no part of the package)."""
+    import importlib
+
+    return importlib.import_module(f"{__package__}.{name}" if __package__ else name)
 
 
 # ----------------------------------------------------------------------------------
@@ -391,10 +423,17 @@ def _kill(process: subprocess.Popen) -> None:
 def _drive(spec: dict[str, Any]) -> None:
     """Grade each student of ``spec`` in a folder of its own (see the module)."""
     from nbgrader.converters import Autograde, GenerateFeedback
-    from nbgrader.coursedir import CourseDirectory
-    from traitlets.config import Config
 
+    guard, hidden_tests = _sibling("grading_guard"), _sibling("hidden_tests")
+    guard.become_subreaper()  # what a kernel leaves behind stays below this process
     course_dir, results = Path(spec["course"]), Path(spec["course"]) / "results"
+    key = json.loads(Path(spec["key"]).read_text())
+    sources = _teacher_sources(course_dir / "source" / spec["assignment"])
+    budgets = {
+        "graded": spec["function_seconds"],
+        "cell": spec["cell_seconds"],
+        "margin": 60,
+    }
     work = Path(os.environ.pop("GRPO_GRADING_WORK", "") or tempfile.gettempdir())
     for name in ("OLDPWD", "_"):  # the teacher's shell: paths into the project
         os.environ.pop(name, None)
@@ -402,50 +441,102 @@ def _drive(spec: dict[str, Any]) -> None:
         if not _take(results, student, str(os.getpid())):
             continue  # another grading process has it
         root = Path(tempfile.mkdtemp(prefix="grpo-submission-"))
+        private = Path(tempfile.mkdtemp(prefix="grpo-grader-"))  # not the kernel's
+        watchdog = guard.Watchdog(private / "watch")
         outcome: dict[str, Any] = {}
         log: io.StringIO | None = None
         try:
-            _prepare_root(root, spec, student)
-            config = Config()
-            config.CourseDirectory.root = str(root)
-            config.CourseDirectory.course_id = spec["course_id"]
-            config.CourseDirectory.assignment_id = spec["assignment"]
-            config.CourseDirectory.student_id = student
-            config.Execute.timeout = spec["cell_seconds"]
-            config.Execute.interrupt_on_timeout = True
-            config.Execute.error_on_timeout = {
-                "ename": "CellTimeoutError",
-                "evalue": f"the cell ran past {spec['cell_seconds']} s and was stopped",
-                "traceback": [],
-            }
-            # On a busy machine the kernel's last output of a cell can come more
-            # than nbclient's 4 s after its reply; nbgrader then fails the whole
-            # notebook. Wait longer, and go on with a warning.
-            config.Execute.iopub_timeout = 15
-            config.Execute.raise_on_iopub_timeout = False
-            config.Autograde.create_student = True
-            config.Application.log_level = "WARN"
+            _prepare_root(root, private, spec, student)
+            guard.write_kernel_guard(private / "ipython")
+            config = _config(spec, student, root, private)
+            config.Autograde.autograde_preprocessors = guard.preprocessors(
+                key, sources, watchdog, budgets, hidden_tests.judge
+            )
             os.environ.update(spec["kernel_env"])
             os.environ["PYTHONPATH"] = str(root)  # the kernel imports the copy
             os.environ["PWD"] = str(root)
+            os.environ["IPYTHONDIR"] = str(private / "ipython")  # the guard
+            os.environ["GRPO_GRADING_WATCH"] = str(private / "watch")
             os.chdir(root)
-            coursedir = CourseDirectory(config=config)
-            app = Autograde(coursedir=coursedir, config=config)
+            app = Autograde(coursedir=_coursedir(config), config=config)
             app.force = True
             log = _capture_errors(app)
-            app.start()
+            failure = ""
+            try:
+                app.start()
+            except Exception as error:  # noqa: BLE001 - a notebook nbgrader gave up on
+                failure = _summary(log.getvalue()) or str(error)
+            guard.kill_descendants()  # nothing of the submission outlives it
             if spec["feedback"]:
-                feedback = GenerateFeedback(coursedir=coursedir, config=config)
+                feedback = GenerateFeedback(coursedir=_coursedir(config), config=config)
                 feedback.force = True
                 feedback.start()
-            outcome = _collect(root, student, course_dir, spec["assignment"])
+            outcome = _collect(root, private, student, course_dir, spec["assignment"])
+            for stem, reason in watchdog.stopped.items():
+                outcome["notebooks"].setdefault(stem, {})["stopped"] = reason
+            if failure:
+                outcome["failed" if not outcome["notebooks"] else "failure"] = (
+                    f"grading failed: {failure}"
+                )
         except Exception as error:  # noqa: BLE001 - record it for this student, go on
             said = _summary(log.getvalue()) if log is not None else ""
             outcome = {"failed": f"grading failed: {said or error}"}
         finally:
+            watchdog.close()
+            guard.kill_descendants()
+            guard.reap()
             os.chdir(work)
             shutil.rmtree(root, ignore_errors=True)
+            shutil.rmtree(private, ignore_errors=True)
         (results / f"{student}.json").write_text(json.dumps(outcome))
+
+
+def _config(spec: dict[str, Any], student: str, root: Path, private: Path) -> Any:
+    """nbgrader's settings for one student (the gradebook in ``private``)."""
+    from traitlets.config import Config
+
+    config = Config()
+    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.course_id = spec["course_id"]
+    config.CourseDirectory.assignment_id = spec["assignment"]
+    config.CourseDirectory.student_id = student
+    config.CourseDirectory.db_url = f"sqlite:///{private / 'gradebook.db'}"
+    config.Execute.timeout = spec["cell_seconds"]
+    config.Execute.interrupt_on_timeout = True
+    config.Execute.error_on_timeout = {
+        "ename": "CellTimeoutError",
+        "evalue": f"the cell ran past {spec['cell_seconds']} s and was stopped",
+        "traceback": [],
+    }
+    # On a busy machine the kernel's last output of a cell can come more than
+    # nbclient's 4 s after its reply; nbgrader then fails the whole notebook. Wait
+    # longer, and go on with a warning.
+    config.Execute.iopub_timeout = 15
+    config.Execute.raise_on_iopub_timeout = False
+    config.Autograde.create_student = True
+    config.Application.log_level = "WARN"
+    return config
+
+
+def _coursedir(config: Any) -> Any:
+    from nbgrader.coursedir import CourseDirectory
+
+    return CourseDirectory(config=config)
+
+
+def _teacher_sources(folder: Path) -> dict[str, dict[str, str]]:
+    """``{notebook: {grade_id: source}}`` of the teacher's graded cells."""
+    import nbformat
+
+    sources = {}
+    for path in sorted(folder.glob("*.ipynb")):
+        nb = nbformat.read(path, as_version=4)
+        sources[path.stem] = {
+            c.metadata["nbgrader"]["grade_id"]: c.source
+            for c in nb.cells
+            if c.metadata.get("nbgrader", {}).get("grade")
+        }
+    return sources
 
 
 def _summary(log: str) -> str:
@@ -468,13 +559,16 @@ def _capture_errors(app: Any) -> io.StringIO:
     return buffer
 
 
-def _prepare_root(root: Path, spec: dict[str, Any], student: str) -> None:
-    """The student's folder: package copy, data, gradebook, submitted notebooks."""
+def _prepare_root(
+    root: Path, private: Path, spec: dict[str, Any], student: str
+) -> None:
+    """The student's folder: package copy, data, submitted notebooks; the
+    gradebook goes to ``private``, outside it."""
     shutil.copytree(spec["package"], root / "grpo_helpers", ignore=_pycache)
     data = Path(spec["data"])
     if data.is_dir():
         shutil.copytree(data, root / "data", copy_function=_link_or_copy)
-    shutil.copy(Path(spec["course"]) / "gradebook.db", root / "gradebook.db")
+    shutil.copy(Path(spec["course"]) / "gradebook.db", private / "gradebook.db")
     target = root / "submitted" / student / spec["assignment"]
     target.mkdir(parents=True)
     for notebook in sorted((Path(spec["submissions"]) / student).glob("*.ipynb")):
@@ -491,7 +585,7 @@ def _link_or_copy(source: str, target: str) -> None:
 
 
 def _collect(
-    root: Path, student: str, course_dir: Path, assignment: str
+    root: Path, private: Path, student: str, course_dir: Path, assignment: str
 ) -> dict[str, Any]:
     """Scores and errors of one student's graded notebooks; keep the notebooks
     and the feedback in the course directory."""
@@ -501,7 +595,7 @@ def _collect(
     keep = course_dir / "autograded" / student
     keep.mkdir(parents=True, exist_ok=True)
     notebooks: dict[str, Any] = {}
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+    with Gradebook(f"sqlite:///{private / 'gradebook.db'}") as gradebook:
         for path in sorted(autograded.glob("*.ipynb")):
             try:
                 record = gradebook.find_submission_notebook(

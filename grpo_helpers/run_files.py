@@ -50,15 +50,35 @@ TOKEN_COUNTERS = ("prefill_tokens", "sampled_tokens", "trained_tokens")
 
 
 def read_jsonl(path: Path) -> list[dict[str, Any]]:
-    """Rows of a JSON-lines file; a torn last line (a killed writer) is dropped."""
+    """Rows of a JSON-lines file; a torn last line (a killed writer) is dropped.
+
+    Raises:
+        ValueError: a line before the last is not JSON: the file is damaged, and
+            reading on would silently lose the rows after it.
+
+    Example::
+
+        >>> import tempfile
+        >>> path = Path(tempfile.mkdtemp()) / "metrics.jsonl"
+        >>> _ = path.write_text('{"step": 0}\\n{"step": 1}\\n{"st')
+        >>> read_jsonl(path)
+        [{'step': 0}, {'step': 1}]
+    """
     if not path.exists():
         return []
+    lines = path.read_text().splitlines()
     rows = []
-    for line in path.read_text().splitlines():
+    for number, line in enumerate(lines, start=1):
         try:
             rows.append(json.loads(line))
         except json.JSONDecodeError:
-            break
+            if number == len(lines):
+                break  # torn by a writer that was killed: the step is redone
+            raise ValueError(
+                f"{path} is damaged: line {number} of {len(lines)} is not JSON. "
+                "Restore the file, or start the run again (overwrite=True, CLI: "
+                "--overwrite; its steps are lost)."
+            ) from None
     return rows
 
 
@@ -114,17 +134,40 @@ class RunDirectory:
             )
         if self.resuming:
             self._check_same_config()
-            checkpoint = (
-                json.loads(self.checkpoint_path.read_text())
-                if self.checkpoint_path.exists()
-                else None
-            )
+            checkpoint = self._checkpoint()
             last = checkpoint["step"] if checkpoint else -1
             self.state_path = checkpoint["state_path"] if checkpoint else None
             self.start_step = last + 1
             self.metrics = [
                 r for r in read_jsonl(self.metrics_path) if r["step"] <= last
             ]
+            if [r["step"] for r in self.metrics] != list(range(last + 1)):
+                raise ValueError(
+                    f"Cannot resume {self.path}: its checkpoint is at step {last} "
+                    f"but {self.metrics_path.name} holds steps "
+                    f"{[r['step'] for r in self.metrics]} (the file was cut short "
+                    "or edited). Restore it, or start the run again "
+                    "(overwrite=True, CLI: --overwrite; its steps are lost)."
+                )
+
+    def _checkpoint(self) -> dict[str, Any] | None:
+        """checkpoint.json, checked; None when the run has none yet."""
+        if not self.checkpoint_path.exists():
+            return None
+        try:
+            checkpoint = json.loads(self.checkpoint_path.read_text())
+            step, state = checkpoint["step"], checkpoint["state_path"]
+            ok = isinstance(step, int) and step >= 0 and isinstance(state, str)
+        except (ValueError, TypeError, KeyError):
+            ok = False
+        if not ok:
+            raise ValueError(
+                f"Cannot resume {self.path}: {self.checkpoint_path.name} is damaged "
+                "(not the step and state of a checkpoint). Start the run again "
+                "(overwrite=True, CLI: --overwrite; its steps are lost), or restore "
+                "the file."
+            )
+        return checkpoint
 
     def start(self, provenance: dict[str, Any] | None = None) -> None:
         """Write the config and prepare the logs (after the model has loaded).
@@ -206,6 +249,7 @@ class RunDirectory:
         _write_json_atomic(
             self.checkpoint_path, {"step": step, "state_path": state_path}
         )
+        self.state_path = state_path
 
     def record_weights(self, name: str, path: str) -> None:
         _write_json_atomic(self.path / "weights.json", {"name": name, "path": path})

@@ -114,7 +114,7 @@ class _Run:
             base_model=config.model_name, rank=config.lora_rank, seed=config.seed
         )
         if self.run.state_path is not None:
-            self.training_client.load_state_with_optimizer(self.run.state_path).result()
+            self._load_state(self.run.state_path)
         self.tokenizer = self.training_client.get_tokenizer()
         self.run.start(run_provenance(config))
         self.adam_params = config.adam_params
@@ -129,6 +129,18 @@ class _Run:
         )
         if self.run.start_step > 0:
             self.log(f"Resuming {self.run.path} at step {self.run.start_step}")
+
+    def _load_state(self, state_path: str) -> None:
+        """The checkpoint's weights and optimizer state; a clear error when they
+        cannot be read (nothing of the run directory was written yet)."""
+        try:
+            self.training_client.load_state_with_optimizer(state_path).result()
+        except Exception as error:  # noqa: BLE001 - whatever the engine raised
+            raise ValueError(
+                f"Cannot resume {self.run.path}: its checkpoint {state_path} cannot "
+                f"be read ({type(error).__name__}: {error}). Start the run again "
+                "(overwrite=True, CLI: --overwrite; its steps are lost)."
+            ) from error
 
     def log(self, line: str) -> None:
         if self.progress:
@@ -223,8 +235,13 @@ class _Run:
         return step == self.num_steps - 1 or (every > 0 and (step + 1) % every == 0)
 
     def state_name(self, step: int) -> str:
-        # Two alternating names, overwritten in turn: one intact state always exists.
-        return f"{self.config.weights_name}-resume-{'ab'[step % 2]}"
+        """Two names, taken in turn: the state written is never the one that
+        checkpoint.json names, so one intact state always exists (whatever
+        ``save_every``: by step parity, every second checkpoint of
+        ``save_every=2`` overwrote the recorded one)."""
+        last = (self.run.state_path or "").rstrip("/")
+        letter = "b" if last.endswith("-resume-a") else "a"
+        return f"{self.config.weights_name}-resume-{letter}"
 
     def finish(self, weights_path: str | None) -> TrainResult:
         if weights_path is not None:

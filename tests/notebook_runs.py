@@ -67,6 +67,7 @@ class Execution:
     stub_checks: list[str]  # lines printed by the notebook's own self-check cells
     solution_checks: list[str]  # lines printed by the added cells (solutions in)
     runs_dir: str  # the GRPO_RUNS_ROOT its kernel saw
+    wants: list[str]  # repr of each value a self_check compared with
 
     def text(self) -> str:
         """Every stream output of the executed copy, in cell order."""
@@ -85,13 +86,30 @@ def _tags(cell) -> list[str]:  # noqa: ANN001
 
 
 def _printed(cells) -> list[str]:  # noqa: ANN001
-    """The lines the cells printed, in order."""
+    """The lines the cells printed, in order (not the hidden tests' results)."""
+    from grpo_helpers.hidden_tests import RESULT
+
     return [
         line
         for cell in cells
         for output in cell.get("outputs", [])
         for line in output.get("text", "").splitlines()
+        if not line.startswith(RESULT)
     ]
+
+
+def _stdout(cell) -> str:  # noqa: ANN001
+    return "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stdout"
+    )
+
+
+def judge(printed: str, key: dict) -> str:
+    from grpo_helpers.hidden_tests import judge
+
+    return judge(printed, key)
 
 
 def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
@@ -103,7 +121,8 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
 
     from grpo_helpers import course
 
-    teacher = course.source_notebook(NOTEBOOKS / f"{stem}.ipynb")
+    key = {}
+    teacher = course.source_notebook(NOTEBOOKS / f"{stem}.ipynb", key)
     added = [
         nbformat.v4.new_code_cell(cell.source)
         for cell in teacher.cells
@@ -116,12 +135,49 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
     ):
         kind = "self-check" if "self-check" in _tags(original) else "exercise"
         cell.metadata["tags"] = [ADDED_TAG, kind]
+        grade_id = original.metadata.get("nbgrader", {}).get("grade_id")
+        if kind == "self-check":  # what the grader judges its printed results with
+            cell.metadata["hidden_key"] = key[grade_id]
     override = PARAMETER_OVERRIDES.get(stem)
     if override:
         (parameters,) = [c for c in nb.cells if "parameters" in _tags(c)]
         parameters.source += f"\n{override}  # set by tests/notebook_runs.py"
     nb.cells += added
     return nb
+
+
+#: An IPython startup file of the test's kernels: every ``checks.self_check``
+#: writes the value it compares with (``want``) to ``GRPO_TEST_WANTS``, so that a
+#: test can check that no hint shows one.
+RECORD_WANTS = """
+def _record_wants():
+    import json, os
+    from grpo_helpers import checks
+
+    check = checks.self_check
+
+    def self_check(exercise, compute, want, *args, **kwargs):
+        with open(os.environ["GRPO_TEST_WANTS"], "a") as out:
+            out.write(json.dumps({"exercise": exercise, "want": repr(want)}) + "\\n")
+        return check(exercise, compute, want, *args, **kwargs)
+
+    checks.self_check = self_check
+
+
+_record_wants()
+del _record_wants
+"""
+
+
+def _wants_recorder(out_dir: Path, stem: str) -> tuple[Path, Path]:
+    """(IPYTHONDIR with :data:`RECORD_WANTS` as its startup file, the record)."""
+    ipython = out_dir / "ipython" / stem
+    startup = ipython / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    (startup / "00-record-wants.py").write_text(RECORD_WANTS)
+    record = out_dir / f"{stem}.wants.jsonl"
+    record.unlink(missing_ok=True)
+    return ipython, record
 
 
 def make_source_run(runs_root: Path) -> Path:
@@ -160,10 +216,13 @@ def execute(stem: str, out_dir: Path) -> Execution:
         make_source_run(runs_dir / "fast")  # the kernel runs in fast mode
     nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
     nb = with_solution_checks(nb, stem)
+    ipython, wants = _wants_recorder(out_dir, stem)
     env = {
         **os.environ,
         "GRPO_FAST": "1",
         "GRPO_RUNS_ROOT": str(runs_dir),
+        "IPYTHONDIR": str(ipython),
+        "GRPO_TEST_WANTS": str(wants),
         # this checkout's package, wherever an editable install points
         "PYTHONPATH": os.pathsep.join(
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -186,6 +245,12 @@ def execute(stem: str, out_dir: Path) -> Execution:
     added_checks = [
         c for c in nb.cells if ADDED_TAG in _tags(c) and "self-check" in _tags(c)
     ]
+    if not error:  # the hidden tests' results, judged as the grader does
+        error = "\n".join(
+            verdict
+            for cell in added_checks
+            if (verdict := judge(_stdout(cell), cell.metadata["hidden_key"]))
+        )
     nb.cells = [c for c in nb.cells if ADDED_TAG not in _tags(c)]
     own_checks = [c for c in nb.cells if "self-check" in _tags(c)]
     nb.metadata["grpo"] = {
@@ -205,6 +270,10 @@ def execute(stem: str, out_dir: Path) -> Execution:
         stub_checks=_printed(own_checks),
         solution_checks=_printed(added_checks),
         runs_dir=str(runs_dir),
+        wants=[
+            json.loads(line)["want"]
+            for line in (wants.read_text().splitlines() if wants.exists() else [])
+        ],
     )
 
 

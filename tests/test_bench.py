@@ -37,7 +37,8 @@ def test_sampling_paths_quick_compares_both_ways(capsys):
     last = capsys.readouterr().out.strip().splitlines()[-1]
     assert last.startswith("RESULT without ") and " same " in last
     assert math.isfinite(result["ratio"]) and result["ratio"] > 0
-    assert result["total"] == 16 and 0 <= result["same"] <= 16
+    # every completion the same both ways, as the README says of the full run
+    assert result["same"] == result["total"] == 16
 
 
 def test_eval_speed_runs_both_paths_and_compares_them(capsys):

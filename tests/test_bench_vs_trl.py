@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import math
 
-import pytest
 from benches import load_bench
+from needs_trl import import_trl
 
-pytest.importorskip("trl")
+import_trl()
 
 
 def test_vs_trl_quick_trains_both_sides_on_the_same_completions(capsys):

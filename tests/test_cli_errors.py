@@ -6,6 +6,7 @@ is compared, bytes and modification times, before and after the call.
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -136,3 +137,59 @@ def test_eval_on_gsm8k_validation_is_refused_with_where_to_tune(tmp_path, capsys
     err = refused([*gsm8k, "--split", "validation", "--out", str(out)], capsys)
     assert "GSM8K has no validation split" in err and "arithmetic" in err
     assert not out.exists()
+
+
+def _damage_the_state(run: Path) -> None:
+    """Cut the checkpoint's optimizer state in half (the copy's: checkpoint.json
+    is pointed at the state inside the copy first)."""
+    from grpo_helpers.local import checkpoints
+
+    record = json.loads((run / "checkpoint.json").read_text())
+    state = checkpoints.from_uri(record["state_path"])
+    assert "checkpoints" in state.parts, state
+    inside = state.parts[state.parts.index("checkpoints") + 1 :]
+    copied = run.joinpath("checkpoints", *inside)
+    record["state_path"] = checkpoints.to_uri(copied)
+    (run / "checkpoint.json").write_text(json.dumps(record))
+    optimizer = copied / checkpoints.OPTIMIZER_FILE
+    optimizer.write_bytes(optimizer.read_bytes()[: optimizer.stat().st_size // 2])
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda run: (run / "checkpoint.json").write_text('{"step": 0, "sta'),
+            "checkpoint.json is damaged",
+        ),
+        (_damage_the_state, "its checkpoint local://"),
+        (
+            lambda run: (run / "metrics.jsonl").write_text(
+                (run / "metrics.jsonl").read_text()[:40]
+            ),
+            "checkpoint is at step 0 but metrics.jsonl holds steps []",
+        ),
+        (
+            lambda run: (run / "metrics.jsonl").write_text(
+                "{not json\n" + (run / "metrics.jsonl").read_text()
+            ),
+            "metrics.jsonl is damaged: line 1 of 2 is not JSON",
+        ),
+    ],
+    ids=["checkpoint-json", "checkpoint-state", "metrics-cut", "metrics-damaged"],
+)
+def test_a_damaged_run_is_refused_with_how_to_go_on_and_nothing_lost(
+    run_copy, tmp_path, capsys, damage, message
+):
+    """Issue 38: a corrupt checkpoint or a cut metrics.jsonl: a clear error that
+    says how to go on, no traceback, every file of the run and of another run
+    beside it as it was."""
+    other = tmp_path / "other"
+    shutil.copytree(run_copy, other)
+    damage(run_copy)
+    before, others = tree(run_copy), tree(other)
+    err = refused([*TRAIN, "--run-dir", str(run_copy), "--resume"], capsys)
+    assert message in err
+    assert "--overwrite" in err
+    assert tree(run_copy) == before
+    assert tree(other) == others

@@ -16,12 +16,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from needs_trl import import_trl
 
 from grpo_helpers import export, presets, trl_mapping
 from grpo_helpers.cli import main
 from grpo_helpers.config import GRPOConfig
 
-trl = pytest.importorskip("trl")
+trl = import_trl()
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -2,34 +2,49 @@
 grader that cannot be gamed.
 
 * the student edition (built once for the module) ships no solution, hidden test
-  or path to either, and its graded cells hold only the learners' checks;
+  or path to either, and its graded cells hold only the learners' checks; no graded
+  cell holds an expected value (the key stays with the grader);
 * no cell of any notebook loads the reference solutions (issue 22);
 * the hidden tests of every exercise of every notebook pass the solutions and fail
   a stub, a typical wrong answer, an answer that hard-codes the visible cases and
-  an answer that delegates to a package function the exercise rules out (in this
-  process, no nbgrader: quick);
-* nbgrader grades notebook 03 handed in by five students (one grading run, two
+  an answer that delegates to a package function the exercise rules out, however
+  it reaches it (in this process, no nbgrader: quick; each run as the grader does,
+  in the kernel, then judged against the key);
+* nbgrader grades notebook 03 handed in by eleven students (one grading run, two
   students at a time, shared by the tests below it, each asserting its own
   student's rows): the solutions get full marks; delegating to the solutions,
   reading the solution files, patching ``checks``, hard-coding the visible
-  examples and calling the package's own function each score zero; an endless
-  loop is stopped and reported while the notebook goes on; a correct submission
-  with a cell slower than the function limit (a slow import on a loaded machine)
-  gets full marks; the submissions run where the solutions are not; the grades
-  file has a row per exercise and a total per student; ``--feedback`` writes each
-  student's feedback;
-* the per-student time budget stops a grading process that hangs (a stand-in
-  process, no nbgrader).
+  examples, calling the package's own function and each attack of issue 38 (a
+  fresh copy, a rebuilt function, a re-import, a hunt for the expected values,
+  IPython's hooks, a swallowed or cancelled alarm, a process left running) score
+  zero; an endless loop is stopped and reported while the notebook goes on; a
+  correct submission with a cell slower than the function limit (a slow import on
+  a loaded machine) gets full marks; the submissions run where the solutions are
+  not; the grades file has a row per exercise and a total per student;
+  ``--feedback`` writes each student's feedback;
+* around the kernel (stand-in processes, no nbgrader): the per-student time budget
+  stops a grading process that hangs, a daemon left by a kernel is adopted and
+  killed, the watchdog kills past a deadline or a cell's budget.
 """
 
 from __future__ import annotations
 
 import ast
+import concurrent.futures
+import contextlib
+import importlib
+import importlib.util
+import inspect
+import io
 import json
+import numbers
 import re
+import signal
+import subprocess
 import sys
 import textwrap
 import time
+import types
 from pathlib import Path
 
 import nbformat
@@ -143,14 +158,16 @@ def test_no_cell_of_any_notebook_loads_the_solutions():
 
 
 def _hidden_blocks():
-    """``(notebook, exercise name, hidden block)`` of every graded cell."""
+    """``(notebook, exercise name, hidden block, key)`` of every graded cell."""
     blocks = []
     for path in course.notebook_paths():
-        for cell in course.source_notebook(path).cells:
-            if cell.metadata.get("nbgrader", {}).get("grade"):
+        key = {}
+        for cell in course.source_notebook(path, key).cells:
+            grader = cell.metadata.get("nbgrader", {})
+            if grader.get("grade"):
                 block = cell.source[cell.source.index(hidden_tests.BEGIN) :]
                 name = re.search(r"Hidden tests of (\w+)", block).group(1)
-                blocks.append((path.stem, name, block))
+                blocks.append((path.stem, name, block, key[grader["grade_id"]]))
     return blocks
 
 
@@ -159,12 +176,28 @@ def blocks():
     return _hidden_blocks()
 
 
-def _passes(block, name, answer):
+def _run(block, name, answer):
+    """Run a hidden block on ``answer`` as a graded cell would: ``(what it
+    printed, the AssertionError's message or "")``."""
+    printed = io.StringIO()
     try:
-        exec(block, {name: answer})
+        with contextlib.redirect_stdout(printed):
+            exec(block, {name: answer})
     except AssertionError as error:
-        return str(error)
-    return ""
+        return printed.getvalue(), str(error)
+    return printed.getvalue(), ""
+
+
+def _block(blocks, name):
+    """The hidden block and key of exercise ``name``."""
+    return next((b, k) for _, n, b, k in blocks if n == name)
+
+
+def _passes(block, name, answer, key):
+    """``""`` when the hidden test passes ``answer``, as the grader judges it
+    (in the kernel, then against the key); else why not."""
+    printed, raised = _run(block, name, answer)
+    return raised or hidden_tests.judge(printed, key)
 
 
 def _sequential_sampling(sampling_client, prompt_tokens_list, params_list, group_size):
@@ -384,29 +417,35 @@ DELEGATES = {
 
 
 def test_every_exercise_has_a_hidden_test(blocks):
-    names = [name for _, name, _ in blocks]
+    names = [name for _, name, _, _ in blocks]
     assert set(names) == set(WRONG)
     assert len(names) == len(set(names)) == 20
 
 
 def test_hidden_tests_pass_the_solutions(blocks):
-    for stem, name, block in blocks:
+    for stem, name, block, key in blocks:
         answer = getattr(course._load_solutions(stem), name)
-        assert _passes(block, name, answer) == "", (stem, name)
+        assert _passes(block, name, answer, key) == "", (stem, name)
 
 
 def test_hidden_tests_fail_stubs_and_wrong_answers(blocks):
-    for stem, name, block in blocks:
+    for stem, name, block, key in blocks:
         namespace = {}
         nb = nbformat.read(course.NOTEBOOKS / f"{stem}.ipynb", as_version=4)
         stubs = "\n\n".join(c.source for c in _tagged(nb, "exercise"))
         exec(stubs, namespace)
-        assert "hidden test" in _passes(block, name, namespace[name]), (name, "stub")
-        assert "hidden test" in _passes(block, name, WRONG[name]), (name, "wrong")
+        assert "hidden test" in _passes(block, name, namespace[name], key), (
+            name,
+            "stub",
+        )
+        assert "hidden test" in _passes(block, name, WRONG[name], key), (
+            name,
+            "wrong",
+        )
 
 
 def test_hidden_tests_fail_answers_that_call_the_package(blocks):
-    for stem, name, block in blocks:
+    for stem, name, block, key in blocks:
         if name in DELEGATES:
             # the package's function gives the right values outside the test ...
             solution = getattr(course._load_solutions(stem), name)
@@ -420,21 +459,21 @@ def test_hidden_tests_fail_answers_that_call_the_package(blocks):
                     assert got == pytest.approx(want, abs=5e-3)
             # ... and raises inside it
             assert "asks you to write it without" in _passes(
-                block, name, DELEGATES[name]
+                block, name, DELEGATES[name], key
             ), name
 
 
 def test_hidden_tests_fail_answers_that_load_the_solutions(blocks):
     """Here the solutions exist (the teacher's checkout); the hidden test still
     makes the teacher's loader raise."""
-    for stem, name, block in blocks:
+    for stem, name, block, key in blocks:
         if name == "gaming_completion":
             continue  # a value: nothing is called while the test runs
 
         def delegate(*args, stem=stem, name=name):
             return getattr(course._load_solutions(stem), name)(*args)
 
-        assert "_load_solutions" in _passes(block, name, delegate), name
+        assert "_load_solutions" in _passes(block, name, delegate, key), name
 
 
 def _visible_calls(stem):
@@ -466,7 +505,7 @@ def test_hidden_tests_fail_answers_that_hard_code_the_visible_cases(blocks, stem
     solutions = course._load_solutions(stem)
     for name, visible in _visible_calls(stem).items():
         assert visible, name
-        block = next(b for s, n, b in blocks if (s, n) == (stem, name))
+        block, key = next((b, k) for s, n, b, k in blocks if (s, n) == (stem, name))
         hidden = {repr(tuple(c)) for c in solutions.HIDDEN_CASES[name]["cases"]}
         assert not hidden & {key for key, _ in visible}, name
         memo = {key: getattr(solutions, name)(*args) for key, args in visible}
@@ -475,7 +514,7 @@ def test_hidden_tests_fail_answers_that_hard_code_the_visible_cases(blocks, stem
             return memo.get(repr(args))
 
         assert hard_coded(*visible[0][1]) is not None
-        assert "hidden test" in _passes(block, name, hard_coded), name
+        assert "hidden test" in _passes(block, name, hard_coded, key), name
 
 
 def _practically_endless(seconds):
@@ -492,20 +531,285 @@ def _practically_endless(seconds):
 
 def test_hidden_tests_stop_an_endless_loop(blocks, monkeypatch):
     monkeypatch.setenv("GRPO_CHECK_SECONDS", "0.5")
-    block = next(b for _, n, b in blocks if n == "smallest_group_size")
+    block, key = _block(blocks, "smallest_group_size")
 
     def endless(pass_rate, max_degenerate):
         return _practically_endless(20)
 
     started = time.perf_counter()
-    assert "took longer than 0.5 s" in _passes(block, "smallest_group_size", endless)
+    assert "took longer than 0.5 s" in _passes(
+        block, "smallest_group_size", endless, key
+    )
     assert time.perf_counter() - started < 5
 
 
 def test_a_forbidden_function_works_again_after_the_hidden_test(blocks):
-    block = next(b for _, n, b in blocks if n == "smallest_group_size")
-    _passes(block, "smallest_group_size", DELEGATES["smallest_group_size"])
+    block, key = _block(blocks, "smallest_group_size")
+    _passes(block, "smallest_group_size", DELEGATES["smallest_group_size"], key)
     assert advantages.degenerate_probability(0.5, 2) == pytest.approx(0.5)
+
+
+#: The solution of smallest_group_size, loaded before any hidden test forbids the
+#: teacher's loader.
+SMALLEST = course._load_solutions(NOTEBOOK).smallest_group_size
+
+
+def _fresh_advantages():
+    """A second copy of ``grpo_helpers.advantages``, loaded from its file."""
+    spec = importlib.util.spec_from_file_location("_copy", advantages.__file__)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _smallest(probability):
+    """An answer to smallest_group_size that calls ``probability(p, g)``."""
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        group_size = 2
+        while probability(pass_rate, group_size) > max_degenerate:
+            group_size += 1
+        return group_size
+
+    return smallest_group_size
+
+
+def _copy_in_the_call(pass_rate, max_degenerate):
+    return _smallest(_fresh_advantages().degenerate_probability)(
+        pass_rate, max_degenerate
+    )
+
+
+def _re_imported(pass_rate, max_degenerate):
+    kept = sys.modules.pop("grpo_helpers.advantages")
+    try:
+        again = importlib.import_module("grpo_helpers.advantages")
+    finally:
+        sys.modules["grpo_helpers.advantages"] = kept
+    return _smallest(again.degenerate_probability)(pass_rate, max_degenerate)
+
+
+def _in_a_thread(pass_rate, max_degenerate):
+    copy = _fresh_advantages().degenerate_probability
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(_smallest(copy), pass_rate, max_degenerate).result()
+
+
+def _in_a_process(pass_rate, max_degenerate):
+    code = (
+        "from grpo_helpers import advantages as a; import sys; p, t = "
+        f"{pass_rate}, {max_degenerate}; print(next(g for g in range(2, 999) "
+        "if a.degenerate_probability(p, g) <= t))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+class _Lazy:
+    """A number computed when the test reads it, after the call returned."""
+
+    def __init__(self, pass_rate, max_degenerate):
+        self.args = pass_rate, max_degenerate
+
+    def __index__(self):
+        return _smallest(advantages.degenerate_probability)(*self.args)
+
+    __int__ = __index__
+
+
+numbers.Integral.register(_Lazy)
+
+
+def _watch_switched_off(pass_rate, max_degenerate):
+    watch = sys.getprofile()
+    sys.setprofile(None)
+    try:
+        return _smallest(_fresh_advantages().degenerate_probability)(
+            pass_rate, max_degenerate
+        )
+    finally:
+        sys.setprofile(watch)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "a copy loaded before",
+        "a copy loaded in the call",
+        "a function rebuilt before",
+        "a re-import",
+        "a module swapped in sys.modules",
+        "a copy run on a new thread",
+        "a process",
+        "a lazy result",
+        "the watch switched off",
+    ],
+)
+def test_a_forbidden_function_stays_forbidden_however_it_is_reached(
+    blocks, answer, monkeypatch
+):
+    """Issue 38: a second copy of the module, a rebuilt function, a re-import,
+    a decoy module, a thread, a process, or a result computed after the call all
+    fail the case; the same answer with the package's function outside the test
+    is right (so it fails for what it reached)."""
+    block, key = _block(blocks, "smallest_group_size")
+    function = advantages.degenerate_probability
+    rebuilt = types.FunctionType(function.__code__, function.__globals__, "mine")
+    answers = {
+        "a copy loaded before": _smallest(_fresh_advantages().degenerate_probability),
+        "a copy loaded in the call": _copy_in_the_call,
+        "a function rebuilt before": _smallest(rebuilt),
+        "a re-import": _re_imported,
+        "a module swapped in sys.modules": _smallest(function),
+        "a copy run on a new thread": _in_a_thread,
+        "a process": _in_a_process,
+        "a lazy result": _Lazy,
+        "the watch switched off": _watch_switched_off,
+    }
+    if answer == "a module swapped in sys.modules":
+        decoy = types.ModuleType("grpo_helpers.advantages")
+        decoy.degenerate_probability = lambda p, g: p**g + (1 - p) ** g
+        monkeypatch.setitem(sys.modules, "grpo_helpers.advantages", decoy)
+    verdict = _passes(block, "smallest_group_size", answers[answer], key)
+    assert verdict.startswith("hidden test of smallest_group_size, case 1 of 7")
+    forbidden = "advantages.degenerate_probability" in verdict and "without" in verdict
+    assert forbidden or "started a process" in verdict, verdict
+    monkeypatch.undo()
+    outside = answers[answer](0.8, 0.3)
+    assert int(outside) == course._load_solutions(NOTEBOOK).smallest_group_size(
+        0.8, 0.3
+    )
+
+
+def test_no_graded_cell_holds_an_expected_value(blocks):
+    """The hidden blocks carry the cases; the expected values stay in the key."""
+    for _, name, block, key in blocks:
+        assert "expected" not in block.replace("expected value", ""), name
+        shown = [
+            repr(value)
+            for value in key["expected"]
+            if isinstance(value, float) and len(repr(value)) > 6
+        ]
+        assert not [text for text in shown if text in block], name
+
+
+def test_a_stack_walk_finds_no_expected_value(blocks):
+    def peek(*args):
+        frame = sys._getframe(1)
+        while frame is not None:
+            for local in frame.f_locals.values():
+                floats = isinstance(local, list) and len(local) == 8
+                if floats and all(isinstance(v, float) for v in local):
+                    return local[0]
+            frame = frame.f_back
+        return None
+
+    block, key = _block(blocks, "success_advantage")
+    assert "returned None" in _passes(block, "success_advantage", peek, key)
+
+
+def _swallows(seconds):
+    """A loop that swallows every alarm, then returns the right answer."""
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            try:
+                time.sleep(0.01)
+            except BaseException:  # noqa: BLE001 - the attack
+                continue
+        return SMALLEST(pass_rate, max_degenerate)
+
+    return smallest_group_size
+
+
+def _cancels(pass_rate, max_degenerate):
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    return SMALLEST(pass_rate, max_degenerate)
+
+
+def _replaces_the_handler(pass_rate, max_degenerate):
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    return SMALLEST(pass_rate, max_degenerate)
+
+
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (_swallows(1.0), "took longer than 0.3 s"),
+        (_cancels, "stopped the hidden test's time limit"),
+        (_replaces_the_handler, "changed the hidden test's alarm"),
+    ],
+    ids=["swallows", "cancels", "replaces-the-handler"],
+)
+def test_an_alarm_swallowed_or_cancelled_still_fails_the_case(
+    blocks, monkeypatch, answer, said
+):
+    """In the kernel: a right answer that swallowed the alarm, cancelled it or
+    replaced its handler fails (an endless one is killed from outside: see
+    ``test_a_loop_that_swallows_or_cancels_the_alarm_is_killed``)."""
+    monkeypatch.setenv("GRPO_CHECK_SECONDS", "0.3")
+    block, key = _block(blocks, "smallest_group_size")
+    assert said in _passes(block, "smallest_group_size", answer, key)
+    assert signal.getsignal(signal.SIGALRM) is not signal.SIG_IGN
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_the_hidden_test_tells_the_grader_each_deadline(blocks, monkeypatch, tmp_path):
+    watch = tmp_path / "watch"
+    monkeypatch.setenv("GRPO_GRADING_WATCH", str(watch))
+    monkeypatch.setenv("GRPO_CHECK_SECONDS", "7")
+    seen = []
+
+    def looks(pass_rate, max_degenerate):
+        seen.append(watch.read_text())
+        return SMALLEST(pass_rate, max_degenerate)
+
+    block, key = _block(blocks, "smallest_group_size")
+    started = time.time()
+    assert _passes(block, "smallest_group_size", looks, key) == ""
+    assert len(seen) == 7
+    deadline, _, where = seen[0].partition(" ")
+    assert started + 7 <= float(deadline) <= time.time() + 7
+    assert where == "hidden test of smallest_group_size, case 1 of 7 ((0.8, 0.3))"
+    assert watch.read_text() == ""  # no case runs
+
+
+def test_judge_wants_one_set_of_right_results(blocks):
+    block, key = _block(blocks, "smallest_group_size")
+    printed, raised = _run(block, "smallest_group_size", SMALLEST)
+    assert raised == ""
+    assert hidden_tests.judge(printed, key) == ""
+    (line,) = printed.splitlines()
+    assert "2 sets of results" in hidden_tests.judge(printed + printed, key)
+    assert "no results were printed" in hidden_tests.judge("", key)
+    forged = line.replace('["value", 6]', '["value", 9]')
+    assert forged != line
+    assert "case 1 of 7 ((0.8, 0.3)): wrong result 9" in hidden_tests.judge(forged, key)
+    short = hidden_tests.RESULT + json.dumps(
+        {"exercise": "smallest_group_size", "outcomes": [["value", 6]]}
+    )
+    assert hidden_tests.judge(short, key).endswith(": not run")
+    # the runtime, copied into the cells, prints what RESULT names
+    assert hidden_tests.RESULT in inspect.getsource(hidden_tests.run_hidden_tests)
+
+
+def test_a_hook_that_refuses_the_watch_fails_the_test(blocks):
+    """An audit hook of the notebook that stops the hidden test's own from being
+    added (it cannot be removed later: it stays idle after this test)."""
+    refusing = [True]
+
+    def refuse(event, args):
+        if refusing[0] and event == "sys.addaudithook":
+            raise RuntimeError("no")
+
+    sys.addaudithook(refuse)
+    try:
+        block, key = _block(blocks, "smallest_group_size")
+        verdict = _passes(block, "smallest_group_size", SMALLEST, key)
+    finally:
+        refusing[0] = False
+    assert "could not watch it" in verdict
 
 
 def test_property_check_hints_without_the_answer(capsys):
@@ -615,9 +919,251 @@ PACKAGE_CALL = textwrap.dedent("""
 """)
 
 
+# The attacks of issue 38, each a student who must score zero. Each exercise cell
+# below is what the student hands in; what the grader stops is in the comment.
+
+#: A second copy of the module, loaded from its file; a function rebuilt from the
+#: original's code before the hidden test swaps it.
+FRESH_COPY = textwrap.dedent("""
+    import importlib.util
+
+    from grpo_helpers import advantages
+
+    _spec = importlib.util.spec_from_file_location("_copy", advantages.__file__)
+    _copy = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_copy)
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        group_size = 2
+        while _copy.degenerate_probability(pass_rate, group_size) > max_degenerate:
+            group_size += 1
+        return group_size
+""")
+REBUILT = textwrap.dedent("""
+    import types
+
+    from grpo_helpers import advantages
+
+    _original = advantages.group_advantages
+    _rebuilt = types.FunctionType(
+        _original.__code__, _original.__globals__, "mine", _original.__defaults__
+    )
+    _rebuilt.__kwdefaults__ = _original.__kwdefaults__
+
+
+    def success_advantage(group_size, num_successes, scale="none"):
+        rewards = [1.0] * num_successes + [0.0] * (group_size - num_successes)
+        return float(_rebuilt(rewards, scale=scale)[0])
+""")
+#: A re-import, with the module the package had put back where it was.
+REIMPORT = textwrap.dedent("""
+    import importlib
+    import sys
+
+    import grpo_helpers
+
+    _kept = sys.modules.pop("grpo_helpers.advantages")
+    _again = importlib.import_module("grpo_helpers.advantages")
+    sys.modules["grpo_helpers.advantages"] = grpo_helpers.advantages = _kept
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        group_size = 2
+        while _again.degenerate_probability(pass_rate, group_size) > max_degenerate:
+            group_size += 1
+        return group_size
+""")
+#: Looks for the expected values wherever the kernel could hold them: the stack
+#: (the hidden test's frames), IPython's history, the line cache, any database
+#: in or under the working folder (the gradebook); the visible cases, literally.
+HUNT = textwrap.dedent("""
+    import ast
+    import glob
+    import linecache
+    import os
+    import re
+    import sqlite3
+    import sys
+
+    VISIBLE = {visible!r}
+
+
+    def _texts():
+        texts = [str(t) for t in get_ipython().user_ns.get("In", [])]
+        texts += ["".join(e[2]) for e in list(linecache.cache.values()) if len(e) > 2]
+        for top in {{os.getcwd(), os.environ.get("PWD", ".")}}:
+            for path in glob.glob(os.path.join(top, "**", "*.db"), recursive=True):
+                try:
+                    db = sqlite3.connect(path)
+                    names = db.execute("select name from sqlite_master")
+                    for table in [r[0] for r in names]:
+                        for row in db.execute(f"select * from '{{table}}'"):
+                            texts += [v for v in row if isinstance(v, str)]
+                except Exception:
+                    pass
+        return texts
+
+
+    def _hunt(args):
+        frame = sys._getframe(1)
+        while frame is not None:
+            found = frame.f_locals
+            if "want" in found and "case" in found:
+                return found["want"]
+            frame = frame.f_back
+        for text in _texts():
+            found = r"cases=(\\[.*?\\]),\\s*expected=(\\[.*?\\])"
+            for cases, expected in re.findall(found, text, re.S):
+                try:
+                    cases = ast.literal_eval(cases)
+                    expected = ast.literal_eval(expected)
+                except (ValueError, SyntaxError):
+                    continue
+                for case, want in zip(cases, expected):
+                    if tuple(case) == tuple(args):
+                        return want
+        return None
+
+
+    def success_advantage(group_size, num_successes, scale="none"):
+        args = (group_size, num_successes, scale)
+        return VISIBLE[args] if args in VISIBLE else _hunt(args)
+""")
+#: Installed by an earlier cell: an input transformer that empties exercise 1's
+#: forbid list, an AST transformer that empties exercise 2's; the answers call
+#: the forbidden functions.
+INPUT_TRANSFORMER = textwrap.dedent("""
+    import re
+
+    from grpo_helpers import advantages
+
+
+    def _open_up(lines):
+        text = "".join(lines)
+        if "Hidden tests of smallest_group_size" in text:
+            text = re.sub(r"forbid=\\[.*?\\],\\n", "forbid=[],\\n", text, flags=re.S)
+            marks = r"fingerprints=\\{.*?\\},\\n"
+            text = re.sub(marks, "fingerprints={},\\n", text, flags=re.S)
+        return text.splitlines(keepends=True)
+
+
+    get_ipython().input_transformers_cleanup.append(_open_up)
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        group_size = 2
+        while advantages.degenerate_probability(pass_rate, group_size) > max_degenerate:
+            group_size += 1
+        return group_size
+""")
+AST_TRANSFORMER = textwrap.dedent("""
+    import ast
+
+    from grpo_helpers import advantages
+
+
+    class _OpenUp(ast.NodeTransformer):
+        def visit_Call(self, node):
+            self.generic_visit(node)
+            if getattr(node.func, "id", "") == "run_hidden_tests":
+                for keyword in node.keywords:
+                    if keyword.arg == "forbid":
+                        keyword.value = ast.List(elts=[], ctx=ast.Load())
+                    if keyword.arg == "fingerprints":
+                        keyword.value = ast.Dict(keys=[], values=[])
+            return node
+
+
+    get_ipython().ast_transformers.append(_OpenUp())
+
+
+    def success_advantage(group_size, num_successes, scale="none"):
+        rewards = [1.0] * num_successes + [0.0] * (group_size - num_successes)
+        return float(advantages.group_advantages(rewards, scale=scale)[0])
+""")
+#: A custom exception handler that silences every error, stubs for answers.
+CUSTOM_EXC = textwrap.dedent("""
+    def _quiet(shell, etype, value, tb, tb_offset=None):
+        return None
+
+
+    get_ipython().set_custom_exc((BaseException,), _quiet)
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        return None
+""")
+STUB_2 = textwrap.dedent("""
+    def success_advantage(group_size, num_successes, scale="none"):
+        return None
+""")
+#: Endless loops that swallow the alarm, or cancel it (they wait rather than
+#: spin, to leave the cores to the other students).
+SWALLOWS = textwrap.dedent("""
+    import time
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        while True:
+            try:
+                time.sleep(1)
+            except BaseException:  # the alarm too
+                continue
+""")
+CANCELS = textwrap.dedent("""
+    import signal
+    import time
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        signal.setitimer(signal.ITIMER_REAL, 0)  # no alarm
+        while True:
+            time.sleep(1)
+""")
+#: A process in a session of its own that outlives the notebook and rewrites
+#: the grades: this student's results file, then the grades file.
+LEFTOVER = textwrap.dedent('''
+    import os
+    import subprocess
+    import sys
+    import time
+
+    FORGE = """
+    import json, pathlib, time
+    course, canary = pathlib.Path({course!r}), pathlib.Path({canary!r})
+    grades = {{"exercise-1": [1.0, 1.0], "exercise-2": [1.0, 1.0]}}
+    forged = {{"notebooks": {{"{notebook}": {{"grades": grades, "errors": {{}}}}}}}}
+    for _ in range(900):
+        time.sleep(0.1)
+        with open(canary, "a") as out:
+            out.write(".")
+        if (course / "results").is_dir():
+            (course / "results" / "kit.json").write_text(json.dumps(forged))
+        if (course / "grades.csv").is_file():
+            with open(course / "grades.csv", "a") as out:
+                out.write("kit,forged\\\\n")
+    """
+    subprocess.Popen(
+        [sys.executable, "-c", FORGE],
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    for _ in range(300):  # until it runs (a loaded machine starts it slowly)
+        if os.path.exists({canary!r}):
+            break
+        time.sleep(0.1)
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        return None
+''')
+
+
 @pytest.fixture(scope="module")
 def graded(edition, tmp_path_factory):
-    """One grading run (the CLI, with --feedback) of five students."""
+    """One grading run (the CLI, with --feedback) of eleven students."""
     _, notebooks, course_dir = edition
     folder = tmp_path_factory.mktemp("submissions")
     spy = folder.parent / "fay-saw.json"
@@ -654,11 +1200,24 @@ def graded(edition, tmp_path_factory):
             json.dump(seen, out)
 
     """)
+    canary = folder.parent / "kit-canary"
+    leftover = LEFTOVER.format(
+        course=str(course_dir), canary=str(canary), notebook=NOTEBOOK
+    )
+    attacks = {
+        "gus": [FRESH_COPY, REBUILT],
+        "hal": [REIMPORT, HUNT.format(visible=visible)],
+        "ivy": [INPUT_TRANSFORMER, AST_TRANSFORMER],
+        "kit": [CUSTOM_EXC + leftover, STUB_2],
+        "kim": [SWALLOWS, solutions[1]],
+        "lee": [CANCELS, solutions[1]],
+    }
     students = {
         "ada": _submission(notebooks, solutions, lean=False),
         **{name: _submission(notebooks, answers) for name, answers in cheats.items()},
         "eve": _submission(notebooks, [endless, PACKAGE_CALL]),
         "fay": _submission(notebooks, solutions, slow=slow),
+        **{name: _submission(notebooks, answers) for name, answers in attacks.items()},
     }
     for name, nb in students.items():
         (folder / name).mkdir()
@@ -678,7 +1237,7 @@ def graded(edition, tmp_path_factory):
     )
     assert code == 0
     grades = pd.read_csv(course_dir / "grades.csv", keep_default_na=False)
-    return grades, course_dir, spy
+    return grades, course_dir, spy, canary
 
 
 def _rows(grades, student):
@@ -688,7 +1247,7 @@ def _rows(grades, student):
 
 @pytest.mark.notebook
 def test_the_solutions_get_full_marks(graded):
-    grades, _, _ = graded
+    grades = graded[0]
     ada = _rows(grades, "ada")
     assert list(ada["points"]) == [1.0, 1.0]
     assert list(ada["error"]) == ["", ""]
@@ -756,18 +1315,110 @@ def test_a_correct_submission_with_a_slow_cell_gets_full_marks(graded):
 
 @pytest.mark.notebook
 def test_submissions_run_where_the_solutions_are_not(graded):
-    _, _, spy = graded
+    spy = graded[2]
     seen = json.loads(spy.read_text())
     assert not seen["solutions_exist"]
     for key in ("package", "project_root", "cwd"):
         assert not Path(seen[key]).resolve().is_relative_to(ROOT), key
 
 
+#: The students of issue 38's attacks (built in ``graded``).
+ATTACKERS = ["gus", "hal", "ivy", "kim", "kit", "lee"]
+FORBIDDEN = "which this exercise asks you to write without"
+
+
+@pytest.mark.notebook
+def test_a_fresh_copy_or_a_rebuilt_forbidden_function_scores_zero(graded):
+    gus = _rows(graded[0], "gus")
+    assert list(gus["points"]) == [0.0, 0.0]
+    for exercise, function in [
+        ("exercise-1", "degenerate_probability"),
+        ("exercise-2", "group_advantages"),
+    ]:
+        error = gus.loc[exercise, "error"]
+        assert f"reached grpo_helpers.advantages.{function}" in error, error
+        assert FORBIDDEN in error
+
+
+@pytest.mark.notebook
+def test_a_re_import_of_a_forbidden_function_scores_zero(graded):
+    hal = _rows(graded[0], "hal")
+    assert hal.loc["exercise-1", "points"] == 0
+    error = hal.loc["exercise-1", "error"]
+    assert "reached grpo_helpers.advantages.degenerate_probability" in error
+
+
+@pytest.mark.notebook
+def test_hunting_for_the_expected_values_finds_none_and_scores_zero(graded):
+    """hal looks for them on the stack, in IPython's history and line cache and in
+    every database under the working folder: none holds one, so the hidden cases
+    get None (the visible ones, hard-coded, pass)."""
+    hal = _rows(graded[0], "hal")
+    assert hal.loc["exercise-2", "points"] == 0
+    error = hal.loc["exercise-2", "error"]
+    assert "hidden test of success_advantage, case 1 of 8" in error
+    assert "returned None" in error
+
+
+@pytest.mark.notebook
+def test_transformers_of_an_earlier_cell_do_not_change_the_graded_cells(graded):
+    """ivy's input transformer (exercise 1) and AST transformer (exercise 2)
+    empty the forbid lists of the graded cells: they are not applied there."""
+    ivy = _rows(graded[0], "ivy")
+    assert list(ivy["points"]) == [0.0, 0.0]
+    assert (
+        "without grpo_helpers.advantages.degenerate_probability"
+        in (ivy.loc["exercise-1", "error"])
+    )
+    assert (
+        "without grpo_helpers.advantages.group_advantages"
+        in (ivy.loc["exercise-2", "error"])
+    )
+
+
+@pytest.mark.notebook
+def test_a_custom_exception_handler_does_not_silence_the_graded_cells(graded):
+    """kit's first cell silences every error (``set_custom_exc``); the answers
+    are stubs, so every check fails, graded cells included."""
+    kit = _rows(graded[0], "kit")
+    assert list(kit["points"]) == [0.0, 0.0]
+    for exercise in ("exercise-1", "exercise-2"):
+        assert "still the stub" in kit.loc[exercise, "error"]
+
+
+@pytest.mark.notebook
+@pytest.mark.parametrize("student", ["kim", "lee"])
+def test_a_loop_that_swallows_or_cancels_the_alarm_is_killed(graded, student):
+    """kim's loop catches BaseException, lee's cancels the timer: the grading
+    process kills the kernel a few seconds past the limit (not after the cell's
+    900 s or the student's hour); the notebook scores nothing after it."""
+    rows = _rows(graded[0], student)
+    assert list(rows["points"]) == [0.0, 0.0]
+    for exercise in ("exercise-1", "exercise-2"):
+        error = rows.loc[exercise, "error"]
+        assert "stopped: a self-check ran past its time limit" in error, error
+        assert "its kernel was killed" in error
+
+
+@pytest.mark.notebook
+def test_a_process_left_running_cannot_rewrite_the_grades(graded):
+    """kit's notebook also starts a process in a session of its own that
+    rewrites kit's results file and appends to the grades file, again and again:
+    it is killed when the notebook's execution ends."""
+    grades, course_dir, _, canary = graded
+    assert list(_rows(grades, "kit")["points"]) == [0.0, 0.0]
+    assert canary.is_file()  # it ran, while the notebook did
+    alive = canary.stat().st_size
+    time.sleep(1.0)  # it writes every 0.1 s while alive
+    assert canary.stat().st_size == alive
+    assert "forged" not in (course_dir / "grades.csv").read_text()
+
+
 @pytest.mark.notebook
 def test_the_grades_file_has_a_row_per_exercise_and_a_total_per_student(graded):
-    grades, _, _ = graded
+    grades = graded[0]
     assert list(grades.columns) == grading.COLUMNS
-    students = ["ada", "carl", "dora", "eve", "fay"]
+    students = sorted(["ada", "carl", "dora", "eve", "fay", *ATTACKERS])
     assert sorted(set(grades["student"])) == students
     for student in students:
         mine = grades[grades["student"] == student]
@@ -782,12 +1433,13 @@ def test_the_grades_file_has_a_row_per_exercise_and_a_total_per_student(graded):
         "dora": 0.0,
         "eve": 0.0,
         "fay": 2.0,
+        **dict.fromkeys(ATTACKERS, 0.0),
     }
 
 
 @pytest.mark.notebook
 def test_feedback_is_written_for_every_student(graded):
-    grades, course_dir, _ = graded
+    grades, course_dir = graded[:2]
     for student, points in [("ada", "2.0 / 2.0"), ("eve", "0.0 / 2.0")]:
         html = course_dir / "feedback" / student / f"{NOTEBOOK}.html"
         text = html.read_text()
@@ -823,3 +1475,103 @@ def test_a_student_past_the_total_is_stopped_and_the_next_graded(tmp_path, monke
         outcome = json.loads((results / f"{student}.json").read_text())
         assert "longer than 0.5 s in total" in outcome["stopped"]
     assert time.perf_counter() - started < 30
+
+
+# ----------------------------------------------------------------------------------
+# Around the kernel: leftovers and the watchdog (stand-in processes, no nbgrader)
+# ----------------------------------------------------------------------------------
+
+#: A process that writes to a file every 0.05 s for a minute.
+WRITER = (
+    "import sys, time\n"
+    "for _ in range(1200):\n"
+    "    open(sys.argv[1], 'a').write('.')\n"
+    "    time.sleep(0.05)\n"
+)
+
+
+def _still_writing(path, seconds=0.6):
+    before = path.stat().st_size if path.exists() else 0
+    time.sleep(seconds)
+    return (path.stat().st_size if path.exists() else 0) > before
+
+
+def test_a_daemon_left_by_a_kernel_is_adopted_and_killed(tmp_path):
+    """A stand-in grading process adopts orphans (Linux's subreaper); a kernel
+    starts a writer in a session of its own and exits: kill_descendants ends the
+    writer."""
+    canary = tmp_path / "canary"
+    grading_process = textwrap.dedent(f"""
+        import pathlib, subprocess, sys, time
+        sys.path.insert(0, {str(ROOT / "grpo_helpers")!r})
+        import grading_guard
+        assert grading_guard.become_subreaper()
+        kernel = (
+            "import subprocess, sys; subprocess.Popen([sys.executable, '-c', "
+            + repr({WRITER!r}) + ", {str(canary)!r}], start_new_session=True)"
+        )
+        subprocess.run([sys.executable, "-c", kernel], timeout=30)
+        for _ in range(300):  # the writer runs; the kernel is gone
+            if pathlib.Path({str(canary)!r}).exists():
+                break
+            time.sleep(0.1)
+        time.sleep(0.2)
+        print(grading_guard.kill_descendants())
+    """)
+    if not sys.platform.startswith("linux"):
+        pytest.skip("the subreaper is Linux's")
+    done = subprocess.run(
+        [sys.executable, "-c", grading_process],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["1"]  # the writer, adopted, then killed
+    assert canary.stat().st_size > 0  # it ran
+    assert not _still_writing(canary)
+
+
+def test_the_watchdog_kills_past_a_deadline_it_was_told_or_a_cell_budget(
+    tmp_path, monkeypatch
+):
+    from grpo_helpers import grading_guard
+
+    monkeypatch.setattr(grading_guard, "GRACE", 0.2)
+    for how in ("case", "cell"):
+        canary = tmp_path / f"canary-{how}"
+        # a stand-in for the grading process (root) whose child writes
+        root = subprocess.Popen(
+            [
+                sys.executable,
+                "-c",
+                "import subprocess, sys, time\n"
+                f"subprocess.Popen([sys.executable, '-c', {WRITER!r}, sys.argv[1]])\n"
+                "time.sleep(60)\n",
+                str(canary),
+            ]
+        )
+        try:
+            watchdog = grading_guard.Watchdog(tmp_path / "watch", root=root.pid)
+            watchdog.begin_notebook("03_x")
+            for _ in range(300):  # until the writer runs
+                if canary.exists():
+                    break
+                time.sleep(0.05)
+            assert _still_writing(canary, 0.3)
+            if how == "case":  # what a hidden test writes: due now
+                (tmp_path / "watch").write_text(f"{time.time():.3f} case 1 of 7")
+            else:
+                watchdog.begin_cell(0.1, "cell 4 ran past 0.1 s")
+            time.sleep(1.0)
+            assert not _still_writing(canary, 0.4)
+            assert root.poll() is None  # only what is below it
+            reason = watchdog.stopped["03_x"]
+            assert reason.startswith(
+                "stopped: case 1 of 7 ran past" if how == "case" else "stopped: cell 4"
+            )
+            assert reason.endswith("its kernel was killed")
+            watchdog.close()
+        finally:
+            root.kill()
+            root.wait()

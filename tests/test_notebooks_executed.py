@@ -14,6 +14,7 @@ fixture) with the solutions' self-checks added at its end. From that one executi
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -53,6 +54,29 @@ def test_stubs_say_not_yet_with_a_hint_that_hides_the_answer(notebook_runs, stem
     hints = [line for line in run.stub_checks if line.startswith("    ")]
     assert len(hints) == len(verdicts)
     assert all("want" not in hint for hint in hints), hints
+    # no value a check compared with shows in a hint (issue 38)
+    assert run.wants or not any("self_check" in c for c in _check_sources(stem))
+    for hint in hints:
+        assert not shown_values(hint, run.wants), (hint, shown_values(hint, run.wants))
+
+
+def _check_sources(stem: str) -> list[str]:
+    nb = nbformat.read(NOTEBOOKS / f"{stem}.ipynb", as_version=4)
+    return [c.source for c in nb.cells if "self-check" in c.metadata.get("tags", [])]
+
+
+def shown_values(hint: str, wants: list[str]) -> list[str]:
+    """The telling values of ``wants`` (``repr`` of what checks compared with:
+    numbers with a fraction or three digits, strings of three characters or
+    more) that ``hint`` shows, outside the input it names."""
+    hint = re.sub(r"\(input: .*\)$", "", hint)
+    values = set()
+    for want in wants:
+        values |= set(re.findall(r"-?\d+\.\d+(?:e-?\d+)?|-?\d{3,}", want))
+        values |= set(re.findall(r"'([^']{3,})'", want))
+    return sorted(
+        v for v in values if re.search(rf"(?<![\w.]){re.escape(v)}(?![\w])", hint)
+    )
 
 
 @pytest.mark.parametrize("stem", STEMS)

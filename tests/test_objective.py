@@ -10,6 +10,7 @@ loop's bookkeeping."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -153,6 +154,34 @@ def test_ratio_metrics_count_the_tokens_the_clip_stops():
 def test_bad_objective_settings_are_clear_errors(field, value, message):
     with pytest.raises(ValueError, match=message):
         GRPOConfig(**{field: value})
+
+
+FLOAT_SETTINGS = [f.name for f in dataclasses.fields(GRPOConfig) if f.type == "float"]
+
+
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+@pytest.mark.parametrize("setting", FLOAT_SETTINGS)
+def test_every_float_setting_refuses_inf_and_nan_by_name(setting, value):
+    """Issue 38: ``inf`` passed ``>= 0`` checks (kl_coef, learning_rate,
+    temperature, clip_high)."""
+    with pytest.raises(ValueError, match=f"{setting} must be a finite number"):
+        GRPOConfig(**{setting: value})
+
+
+def test_the_float_settings_are_the_objectives_and_the_samplers():
+    assert sorted(FLOAT_SETTINGS) == sorted(
+        [
+            "temperature",
+            "top_p",
+            "learning_rate",
+            "beta1",
+            "beta2",
+            "clip_low",
+            "clip_high",
+            "kl_coef",
+            "grad_clip_norm",
+        ]
+    )
 
 
 # ------------------------------------------------------------------ on the engine
@@ -401,3 +430,108 @@ def test_kl_penalty_changes_the_advantages_the_engine_receives(tmp_path, service
     kl = metrics.dropna(subset=["kl_k1"])
     assert (kl["kl_k3"] >= 0).all()
     assert kl["kl_k3"].iloc[-1] > 1e-4
+
+
+def trained_rewards(run_dir, step):
+    """Per non-degenerate group of ``step``, in the loop's order: (lengths,
+    rewards) of its completions, read from samples.jsonl."""
+    samples = run_files.load_samples(run_dir)
+    rows = samples[samples["step"] == step]
+    groups = []
+    for _, group in rows.groupby("question_index", sort=False):
+        group = group.sort_values("sample_index")
+        if len(set(group["reward"])) > 1:
+            groups.append((list(group["num_tokens"]), list(group["reward"])))
+    return groups
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_group_scaled_advantages_reach_the_engine(tmp_path, service, mode):
+    """Issue 38: ``advantage_scale="group"`` through the loop. What the engine
+    receives is (r - mean) / (std + 1e-4) of the rewards samples.jsonl recorded,
+    computed here (not the advantages the run wrote beside them)."""
+    config = GRPOConfig(
+        **{**TINY, "steps": 1}, advantage_scale="group", run_dir=str(tmp_path / "run")
+    )
+    metrics, spy = train_with_spy(config, mode, service)
+    per_step = updates_by_step(metrics, spy, mu=1)
+    assert list(per_step) == [0], "step 0 must train for this test to mean anything"
+    [(fb, _)] = per_step[0]
+    groups, unscaled = [], []
+    for lengths, rewards in trained_rewards(config.run_path, 0):
+        r = np.asarray(rewards, dtype=float)
+        groups.append((lengths, list((r - r.mean()) / (r.std() + 1e-4))))
+        unscaled += list(r - r.mean())
+    assert_datums_carry(fb.datums, groups, "token_sum", config.max_tokens)
+    sent = [split_advantages(d, 1)[1][0] for d in fb.datums]
+    assert any(abs(s - u) > 1e-3 for s, u in zip(sent, unscaled, strict=True))
+
+
+@pytest.mark.parametrize("normalization", ["sequence_mean", "token_mean", "constant"])
+def test_kl_penalty_with_each_normalisation_reaches_the_engine(
+    tmp_path, service, normalization
+):
+    """Issue 38: the KL change of each token is added to the *scaled* advantage
+    (A * scale + beta (mean d - d_t)), whatever the normalisation; the token-sum
+    case is ``test_kl_penalty_changes_the_advantages_the_engine_receives``."""
+    kl_coef = 0.1
+    config = GRPOConfig(
+        **{**TINY, "steps": 2},
+        kl_coef=kl_coef,
+        learning_rate=3e-2,
+        normalization=normalization,
+        run_dir=str(tmp_path / "run"),
+    )
+    metrics, spy = train_with_spy(config, "sync", service)
+    per_step = updates_by_step(metrics, spy, mu=1)
+    moved = {}
+    for step, [(fb, _)] in per_step.items():
+        groups = trained_completions(config.run_path, step)
+        lengths = [n for group_lengths, _ in groups for n in group_lengths]
+        references = reference_logprobs(service, fb.datums, lengths)
+        diffs = []
+        for datum, n, reference in zip(fb.datums, lengths, references, strict=True):
+            sampled = datum.loss_fn_inputs["logprobs"].tolist()[-n:]
+            diffs.append([s - r for s, r in zip(sampled, reference, strict=True)])
+        mean = float(np.mean([d for row in diffs for d in row]))
+        changes = [[kl_coef * (mean - d) for d in row] for row in diffs]
+        assert_datums_carry(
+            fb.datums, groups, normalization, config.max_tokens, changes
+        )
+        moved[step] = max(abs(c) for row in changes for c in row)
+    # the penalty acted on a step that trained, and the scale did too
+    assert max(moved.values(), default=0) > 1e-4, moved
+    scales = by_hand_scales([3, 5], normalization, config.max_tokens)
+    assert scales != [1.0, 1.0]
+
+
+class InFlight:
+    """Wraps a sampler: counts the ``sample_async`` requests not yet answered,
+    and the most at once."""
+
+    def __init__(self, sampler, counts):
+        self._sampler, self._counts = sampler, counts
+
+    async def sample_async(self, *args, **kwargs):
+        self._counts["now"] += 1
+        self._counts["most"] = max(self._counts["most"], self._counts["now"])
+        try:
+            return await self._sampler.sample_async(*args, **kwargs)
+        finally:
+            self._counts["now"] -= 1
+
+    def __getattr__(self, name):
+        return getattr(self._sampler, name)
+
+
+def test_the_async_loop_has_every_prompt_of_a_step_in_flight_at_once(tmp_path, service):
+    """Issue 38: the async loop's concurrency. While a step samples, all its
+    prompts' requests are in flight together (``gather``); awaiting them one by
+    one would keep one in flight."""
+    counts = {"now": 0, "most": 0}
+    spy = EngineSpy(service, wrap_sampler=lambda s: InFlight(s, counts))
+    config = GRPOConfig(
+        **{**TINY, "steps": 1, "batch_size": 3}, run_dir=str(tmp_path / "run")
+    )
+    training.train(config, "async", service=spy, progress=False)
+    assert counts == {"now": 0, "most": config.batch_size}

@@ -272,6 +272,27 @@ def test_answers_match(pred: str | None, gold: str, expected: bool) -> None:
 
 
 @pytest.mark.parametrize(
+    ("pred", "gold", "expected"),
+    [
+        # relative to the gold (scale max(|gold|, 1)): 1e-6 * 72 = 7.2e-5
+        ("72.00005", "72", True),
+        ("72.00007", "72", True),
+        ("72.0001", "72", False),  # 1e-4 away: within 1e-4 * 72, not 1e-6 * 72
+        ("-72.0001", "-72", False),
+        ("71.9999", "72", False),
+        # below 1 in size, an absolute 1e-6
+        ("0.5000009", "0.5", True),
+        ("0.500002", "0.5", False),
+    ],
+)
+def test_match_tolerance_at_both_sides(pred: str, gold: str, expected: bool) -> None:
+    """Issue 38: cases on each side of ``MATCH_TOLERANCE`` (1e-6), between it and
+    1e-4, so a tolerance raised to 1e-4 fails."""
+    assert answers_match(pred, gold) is expected
+    assert grade_answer(rf"so \boxed{{{pred}}}", gold) == float(expected)
+
+
+@pytest.mark.parametrize(
     ("text", "expected"),
     [
         ("She has 3 apples, then 1,250 more.", "1,250"),

@@ -513,6 +513,127 @@ def test_resume_after_sigkill_is_the_same_training(tmp_path, mode):
         torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6, msg=key)
 
 
+#: A run that kills itself (SIGKILL) at one point of step ``at``: writing its
+#: checkpoint (between the two renames of the atomic write), right after the
+#: checkpoint's state is written (before checkpoint.json names it), half-way
+#: through its samples, or after its metrics line (what
+#: ``test_resume_after_sigkill_is_the_same_training`` tries).
+KILL_AT = textwrap.dedent(
+    """
+    import json, os, signal, sys
+    from grpo_helpers import run_files, training
+    from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.local import checkpoints
+
+    config = GRPOConfig(**json.loads(sys.argv[1]))
+    where, at = sys.argv[2], int(sys.argv[3])
+    real_save = checkpoints.save_checkpoint
+    real_append = run_files.RunDirectory.append_step
+    current = [None]  # the step whose metrics line was written last
+
+    def die():
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def save_checkpoint(directory, tensors, meta, *args, **kwargs):
+        if meta.get("kind") != "state" or current[0] != at:
+            return real_save(directory, tensors, meta, *args, **kwargs)
+        if where == "state-written":
+            real_save(directory, tensors, meta, *args, **kwargs)
+        elif directory.exists():  # the old state moved aside, the new not in place
+            directory.rename(directory.parent / f".old-{directory.name}-killed")
+        die()
+
+    def append_step(self, row, samples):
+        if row["step"] == at and where == "samples-written":
+            text = "".join(json.dumps(s) + "\\n" for s in samples)
+            with self.samples_path.open("a") as f:
+                f.write(text[: len(text) // 2])
+            die()
+        real_append(self, row, samples)
+        current[0] = row["step"]
+        if row["step"] == at and where == "metrics":
+            die()
+
+    checkpoints.save_checkpoint = save_checkpoint
+    run_files.RunDirectory.append_step = append_step
+    training.train(config, "sync", progress=False)
+    """
+)
+#: The runs the kills are tried on: 4 steps whose optimizer state matters.
+KILLED = dict(
+    base_model="tiny-random",
+    dataset="arithmetic",
+    backend="local",
+    steps=4,
+    batch_size=2,
+    group_size=4,
+    max_tokens=6,
+    lora_rank=4,
+    learning_rate=1e-2,
+    reward="shaped",
+    seed=3,
+)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    """The run every killed one must give after its resume (save_every changes
+    no result: it is one of the settings a resume may change)."""
+    run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
+    config = GRPOConfig(**KILLED, save_every=1, run_dir=str(run_dir))
+    training.train(config, "sync", progress=False)
+    return run_dir
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize(
+    ("where", "at", "save_every"),
+    [
+        ("checkpoint-written", 2, 1),
+        ("samples-written", 2, 1),
+        ("state-written", 3, 2),
+    ],
+    ids=[
+        "while-the-checkpoint-is-written",
+        "while-the-samples-are-written",
+        "save-every-2-after-its-state",
+    ],
+)
+def test_a_run_killed_anywhere_resumes_to_the_same_training(
+    tmp_path, uninterrupted, where, at, save_every
+):
+    """Issue 38: killed while a checkpoint or the samples are written, or with
+    ``save_every > 1``, then resumed: the final LoRA tensors, the metrics and the
+    samples equal the uninterrupted run's. (``save_every=2`` checkpoints steps 1
+    and 3, which by step parity shared one state name: the kill after step 3's
+    state left checkpoint.json naming step 1 over step 3's weights.)"""
+    killed = tmp_path / "killed"
+    config = GRPOConfig(**KILLED, save_every=save_every, run_dir=str(killed))
+    run = subprocess.run(
+        [sys.executable, "-c", KILL_AT, json.dumps(config.to_dict()), where, str(at)],
+        env=subprocess_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == -signal.SIGKILL, run.stderr[-2000:]
+    assert not (killed / "weights.json").exists()
+    result = training.train(config, "sync", resume=True, progress=False)
+    assert result.metrics["step"].tolist() == [0, 1, 2, 3]
+    want = run_files.load_metrics(uninterrupted).drop(columns=list(TIMING))
+    got = run_files.load_metrics(killed).drop(columns=list(TIMING))
+    assert got["updated"].any()
+    pd.testing.assert_frame_equal(got, want, check_exact=False, rtol=1e-5, atol=1e-6)
+    pd.testing.assert_frame_equal(
+        run_files.load_samples(killed), run_files.load_samples(uninterrupted)
+    )
+    a, b = final_lora(uninterrupted), final_lora(killed)
+    assert a.keys() == b.keys() and a
+    for key in a:
+        torch.testing.assert_close(b[key], a[key], rtol=1e-5, atol=1e-6, msg=key)
+
+
 @pytest.mark.parametrize("fast", [False, True])
 def test_fast_runs_never_share_a_directory_with_full_runs(fast):
     """``make test`` (fast mode) must not overwrite the full-size run of notebook 05

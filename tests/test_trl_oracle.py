@@ -33,6 +33,7 @@ import numpy as np
 import pytest
 import pytrio as trio
 import torch
+from needs_trl import import_trl
 
 from grpo_helpers import advantages as adv
 from grpo_helpers import datum, step_math, trl_mapping
@@ -42,7 +43,7 @@ from grpo_helpers.engines import connect
 from grpo_helpers.local import losses
 from grpo_helpers.local.models import load_model, pretrained_dir
 
-trl = pytest.importorskip("trl")
+trl = import_trl()
 from datasets import Dataset  # noqa: E402  (a TRL dependency)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,0 +1,389 @@
+"""What the grading process keeps around a learner's kernel.
+
+:mod:`grpo_helpers.grading` runs each student's notebooks with nbgrader in a
+grading process of its own. This module is what that process adds around the
+kernel that runs a submission, so that no code of the submission decides its own
+grade:
+
+* **the kernel's guard** (:func:`kernel_guard`, an IPython startup file, run before
+  the first cell): a graded cell (one that holds the hidden tests) runs without
+  the input transformers, AST transformers and custom exception handler that
+  earlier cells installed, so that they cannot rewrite or silence it;
+* **the verdict outside the kernel** (:func:`preprocessors`): after the notebook
+  ran, each graded cell's printed results are compared with the key
+  (:func:`grpo_helpers.hidden_tests.judge`), and its code with the teacher's; a
+  wrong one gets an error output in first place, which nbgrader scores zero;
+* **the watchdog** (:class:`Watchdog`): a thread that kills the kernel, and all
+  it started, when a hidden test's case runs past its deadline (the kernel writes
+  it to ``GRPO_GRADING_WATCH``) or a cell past its budget, however the
+  learner's code treats the alarm;
+* **no leftovers** (:func:`kill_descendants`): the grading process adopts every
+  orphan of the kernel (Linux's child subreaper), and kills every process below
+  it when a notebook's execution ends, before anything of the grade is written.
+
+Not a sandbox: the kernel runs as the teacher's user and can read what that user
+reads or signal its processes. Grade in a container or as a user who cannot read
+the project for that (``docs/teaching.md``).
+
+This file is copied next to the grading process's script and imported from
+there: it needs only the standard library, psutil and (in :func:`preprocessors`)
+nbgrader.
+
+Introduced in: the README (for teachers)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+#: What marks a graded cell's hidden tests (``hidden_tests.BEGIN``).
+MARK = "### BEGIN HIDDEN TESTS"
+#: Seconds past a hidden test case's deadline before its kernel is killed (the
+#: kernel's own alarm stops a case in milliseconds; this is for a busy machine).
+GRACE = 3.0
+
+
+# ----------------------------------------------------------------------------------
+# Inside the kernel
+# ----------------------------------------------------------------------------------
+
+
+def kernel_guard():  # noqa: ANN201 - no annotations: its source is a startup file
+    """Make graded cells immune to the notebook's own IPython hooks.
+
+    Run in the kernel before any cell. A cell that holds the hidden tests' marker
+    is transformed by a fresh ``TransformerManager`` (IPython's defaults, not
+    ``input_transformers_cleanup`` or ``input_transformers_post`` as the notebook
+    left them), skips ``ast_transformers`` and runs with no custom exception
+    handler (``set_custom_exc``). Other cells run as usual.
+    """
+    import IPython
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    shell = IPython.get_ipython()
+    if shell is None:
+        return
+    kind = type(shell)
+    graded = [False]
+
+    def transform_cell(raw_cell):  # noqa: ANN001, ANN202
+        graded[0] = "### BEGIN HIDDEN TESTS" in raw_cell
+        if graded[0]:
+            return TransformerManager().transform_cell(raw_cell)
+        return kind.transform_cell(shell, raw_cell)
+
+    def transform_ast(node):  # noqa: ANN001, ANN202
+        return node if graded[0] else kind.transform_ast(shell, node)
+
+    async def run_code(code_obj, result=None, *, async_=False):  # noqa: ANN001, ANN202
+        if not graded[0]:
+            return await kind.run_code(shell, code_obj, result, async_=async_)
+        custom = shell.custom_exceptions
+        shell.custom_exceptions = ()
+        try:
+            return await kind.run_code(shell, code_obj, result, async_=async_)
+        finally:
+            shell.custom_exceptions = custom
+
+    shell.transform_cell = transform_cell
+    shell.transform_ast = transform_ast
+    shell.run_code = run_code
+
+
+def write_kernel_guard(ipython_dir: Path) -> Path:
+    """Write :func:`kernel_guard` as the startup file of a fresh IPython folder
+    (the kernel's ``IPYTHONDIR``); returns the file."""
+    startup = ipython_dir / "profile_default" / "startup"
+    startup.mkdir(parents=True, exist_ok=True)
+    path = startup / "00-grpo-kernel-guard.py"
+    source = inspect.getsource(kernel_guard)
+    path.write_text(f"{source}\n\nkernel_guard()\ndel kernel_guard\n")
+    return path
+
+
+# ----------------------------------------------------------------------------------
+# Processes: adopt the orphans, kill what is left
+# ----------------------------------------------------------------------------------
+
+
+def become_subreaper() -> bool:
+    """Make this process adopt its descendants' orphans (Linux's
+    ``PR_SET_CHILD_SUBREAPER``): a process that a kernel started and left behind
+    (double fork, new session) stays below it, where :func:`kill_descendants`
+    finds it. False where the system has no such thing."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return libc.prctl(36, 1, 0, 0, 0) == 0  # PR_SET_CHILD_SUBREAPER
+    except (OSError, AttributeError):
+        return False
+
+
+def _living(process: Any) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def kill_descendants(pid: int | None = None, rounds: int = 50) -> int:
+    """Kill every process below ``pid`` (default: this one), again until none
+    is left (a process that forks while it is killed leaves orphans, which a
+    subreaper adopts). Returns how many were killed."""
+    import psutil
+
+    try:
+        root = psutil.Process(os.getpid() if pid is None else pid)
+    except psutil.Error:
+        return 0
+    killed = 0
+    for _ in range(rounds):
+        try:
+            alive = [p for p in root.children(recursive=True) if _living(p)]
+        except psutil.Error:
+            return killed
+        if not alive:
+            break
+        for process in alive:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+                killed += 1
+        psutil.wait_procs(alive, timeout=2)
+    return killed
+
+
+def reap() -> None:
+    """Collect this process's dead children (orphans it adopted). Only where no
+    child is managed by anyone else (after a kernel was shut down)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        while os.waitpid(-1, os.WNOHANG)[0] > 0:
+            pass
+
+
+# ----------------------------------------------------------------------------------
+# The watchdog
+# ----------------------------------------------------------------------------------
+
+
+class Watchdog:
+    """Kill the kernel (every process below this one) when a hidden test case
+    or a cell runs past its time, whatever the kernel does with its alarm.
+
+    The kernel's hidden tests write each case's deadline and name to ``watch``
+    (``GRPO_GRADING_WATCH``); the case is stopped :data:`GRACE` seconds after
+    it. A cell gets the budget :meth:`begin_cell` gives it, which the kernel
+    cannot change. Each stop is recorded in :attr:`stopped` under the notebook
+    that was running.
+    """
+
+    def __init__(
+        self, watch: Path, root: int | None = None, every: float = 0.2
+    ) -> None:
+        self.watch = Path(watch)
+        self.root = root  # whose descendants are killed (default: this process's)
+        self.every = every
+        self.notebook = ""
+        self.stopped: dict[str, str] = {}
+        self._cell: tuple[float, str] | None = None
+        self._done = threading.Event()
+        self.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def clear(self) -> None:
+        with contextlib.suppress(OSError):
+            self.watch.write_text("")
+
+    def begin_notebook(self, notebook: str) -> None:
+        self.notebook = notebook
+        self._cell = None
+        self.clear()
+
+    def begin_cell(self, seconds: float, what: str) -> None:
+        self._cell = (time.time() + seconds, what)
+
+    def end_cell(self) -> None:
+        self._cell = None
+
+    def close(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
+
+    def _case(self) -> tuple[float, str] | None:
+        try:
+            text = self.watch.read_text()
+        except OSError:
+            return None
+        first, _, where = text.partition(" ")
+        try:
+            return float(first), where[:300]
+        except ValueError:
+            return None
+
+    def _run(self) -> None:
+        while not self._done.wait(self.every):
+            now, case, cell = time.time(), self._case(), self._cell
+            if case is not None and now > case[0] + GRACE:
+                self._stop(
+                    f"stopped: {case[1]} ran past its time limit and went on "
+                    "(an alarm caught or cancelled?); its kernel was killed"
+                )
+            elif cell is not None and now > cell[0]:
+                self._stop(f"stopped: {cell[1]}; its kernel was killed")
+
+    def _stop(self, reason: str) -> None:
+        self.stopped.setdefault(self.notebook, reason)
+        self._cell = None
+        self.clear()
+        kill_descendants(self.root)
+
+
+# ----------------------------------------------------------------------------------
+# nbgrader's autograde, with the watchdog and the verdict
+# ----------------------------------------------------------------------------------
+
+
+def _printed(cell: Any) -> str:
+    return "".join(
+        o.get("text", "")
+        for o in cell.get("outputs", [])
+        if o.get("output_type") == "stream" and o.get("name") == "stdout"
+    )
+
+
+def _fail_first(cell: Any, verdict: str, node: Any) -> None:
+    """Put an error first among the cell's outputs (nbgrader scores a graded cell
+    by its first error or result): the cell's own error when it raised (it says
+    more), else the verdict."""
+    errors = [o for o in cell.outputs if o.get("output_type") == "error"]
+    if errors:
+        cell.outputs.remove(errors[0])
+        first = errors[0]
+    else:
+        first = node(
+            output_type="error",
+            ename="AssertionError",
+            evalue=verdict,
+            traceback=[f"AssertionError: {verdict}"],
+        )
+    cell.outputs.insert(0, first)
+
+
+def preprocessors(
+    key: dict[str, Any],
+    sources: dict[str, dict[str, str]],
+    watchdog: Watchdog,
+    budgets: dict[str, Any],
+    judge: Any,
+) -> list[type]:
+    """nbgrader's autograde preprocessors with two changes.
+
+    * Its ``Execute`` tells ``watchdog`` which notebook and which cell runs, with
+      each cell's budget (``budgets``: ``{"graded": seconds per hidden case,
+      "cell": seconds for any other cell, "margin": seconds added}``), and kills
+      what the kernel left when the notebook's execution ends.
+    * After it, each graded cell is judged: its code must be the teacher's
+      (``sources[notebook][grade_id]``) and what it printed must hold right
+      results (``judge(printed, key[notebook][grade_id])``). A graded cell that
+      fails gets an error output first, so nbgrader gives it no points.
+    """
+    from nbformat.notebooknode import NotebookNode
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import Execute, NbGraderPreprocessor
+
+    def error(reason: str) -> Any:
+        return NotebookNode(
+            output_type="error",
+            ename="KernelKilled",
+            evalue=reason,
+            traceback=[f"KernelKilled: {reason}"],
+        )
+
+    class WatchedExecute(Execute):
+        running = 0  # the index of the cell that runs
+
+        def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
+            notebook = resources["nbgrader"]["notebook"]
+            watchdog.begin_notebook(notebook)
+            try:
+                return super().preprocess(nb, resources, km)
+            except Exception:
+                if notebook not in watchdog.stopped:
+                    raise
+                # the watchdog killed the kernel: the cells from the one that ran
+                # on get its reason (the verdict then scores them zero)
+                for cell in nb.cells[self.running :]:
+                    if cell.metadata.get("nbgrader", {}).get("grade"):
+                        cell.outputs.append(error(watchdog.stopped[notebook]))
+                return nb, resources
+            finally:
+                watchdog.end_cell()
+                kill_descendants()  # what the kernel started dies with it
+                reap()
+                watchdog.clear()
+
+        def preprocess_cell(self, cell: Any, resources: Any, index: int) -> Any:
+            self.running = index
+            grader = cell.metadata.get("nbgrader", {})
+            entry = key.get(watchdog.notebook, {}).get(grader.get("grade_id"), {})
+            if grader.get("grade") and entry:
+                cases = len(entry["expected"]) + 2  # and the learner's own check
+                seconds = cases * budgets["graded"] + budgets["margin"]
+                what = f"graded cell {grader['grade_id']} ran past {seconds:g} s"
+            else:
+                seconds = budgets["cell"] + budgets["margin"]
+                what = f"cell {index} ran past {seconds:g} s"
+            watchdog.begin_cell(seconds, what)
+            try:
+                return super().preprocess_cell(cell, resources, index)
+            finally:
+                watchdog.end_cell()
+
+    class JudgeHiddenTests(NbGraderPreprocessor):  # enabled, as nbgrader's are
+        def preprocess(self, nb: Any, resources: Any) -> Any:
+            notebook = resources["nbgrader"]["notebook"]
+            for cell in nb.cells:
+                grader = cell.metadata.get("nbgrader", {})
+                if not grader.get("grade"):
+                    continue
+                grade_id = grader.get("grade_id")
+                teacher = sources.get(notebook, {}).get(grade_id)
+                entry = key.get(notebook, {}).get(grade_id)
+                if teacher is None or entry is None:
+                    verdict = f"{grade_id}: no hidden test for this cell in the key"
+                elif cell.source.rstrip() != teacher.rstrip():
+                    verdict = f"{grade_id}: the graded cell's code is not the teacher's"
+                else:
+                    verdict = judge(_printed(cell), entry)
+                if verdict:
+                    _fail_first(cell, verdict, NotebookNode)
+            return nb, resources
+
+    chain = list(Autograde.class_traits()["autograde_preprocessors"].default())
+    at = chain.index(Execute)
+    return [*chain[:at], WatchedExecute, JudgeHiddenTests, *chain[at + 1 :]]
+
+
+__all__ = [
+    "GRACE",
+    "MARK",
+    "Watchdog",
+    "become_subreaper",
+    "kernel_guard",
+    "kill_descendants",
+    "preprocessors",
+    "reap",
+    "write_kernel_guard",
+]
