@@ -54,6 +54,7 @@ import pytest
 
 from grpo_helpers import (
     advantages,
+    answers,
     checks,
     cli,
     course,
@@ -319,6 +320,11 @@ WRONG = {
         .sum()
     ),
     "grpo_step": lambda *args: _trains_degenerate_groups(*args),
+    "gain_by_source": lambda flips: {  # every flip counted as a gain of the box
+        "the box": len(flips),
+        "answering, in time": 0,
+        "arithmetic": 0,
+    },
     "step_summary": lambda samples, step: {
         "reward_mean": float(samples[samples["step"] == step]["reward"].mean()),
         "accuracy": float(samples[samples["step"] == step]["exact"].mean()),
@@ -405,6 +411,7 @@ DELEGATES = {
     "token_weights": lambda lengths, mode, max_tokens: advantages.length_scales(
         lengths, mode, max_tokens
     ),
+    "gain_by_source": lambda flips: answers.gain_sources(flips).to_dict(),
     "importance_sampling_loss": _engine_loss("importance_sampling"),
     "ppo_clipped_loss": _engine_loss("ppo"),
     "grpo_step": lambda client, prompts, responses, rewards, adam: _package_step(
@@ -419,7 +426,7 @@ DELEGATES = {
 def test_every_exercise_has_a_hidden_test(blocks):
     names = [name for _, name, _, _ in blocks]
     assert set(names) == set(WRONG)
-    assert len(names) == len(set(names)) == 20
+    assert len(names) == len(set(names)) == 21
 
 
 def test_hidden_tests_pass_the_solutions(blocks):
