@@ -181,6 +181,18 @@ cites(
     "They end at {final exact} exact: {flips}.",
 )
 
+# ------------------------------------------------------------ docs/results.md
+cites(
+    "docs/results.md",
+    "## Why one configuration gave two results",
+    "noise pair",
+    "The two runs share their rewards for {steps shared from the start}, then part: "
+    "{steps with the same reward} share the reward.",
+    "They end at {final exact} exact on the same 100 test questions: {flips}.",
+    "Their first update's gradient norms already differ: "
+    "{first update's gradient norms}.",
+)
+
 # ---------------------------------------------------------------- the README
 cites(
     "README.md",
