@@ -49,6 +49,7 @@ __all__ = [
     "noise_pair_facts",
     "run_facts",
     "seed_summary",
+    "seed_level_table",
     "seed_summary_line",
     "seed_table",
     "shaped_facts",
@@ -253,6 +254,19 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
                 f"{100 * stats.detectable_difference(first['noise_sd'], n):.0f} points "
                 f"with {n} seeds"
             )
+    exact = ablation.seed_level(recorded, "exact")
+    apart = [
+        f"{row['variant']} ({ablation.verdict(row).split(' than')[0]})"
+        for row in exact.to_dict("records")
+        if "distinguishable" not in ablation.verdict(row)
+    ]
+    n = int(exact["seeds"].min()) if not exact.empty else 0
+    facts["knobs summary"] = (
+        f"over {n} seeds, {len(apart)} of the {len(exact)} variants "
+        + ("ends" if len(apart) == 1 else "end")
+        + " distinguishable from the baseline in exact accuracy"
+        + (f": {_listed(apart)}" if apart else "")
+    )
     by_key = {(r["variant"], r["seed"]): pd.DataFrame(r["metrics"]) for r in recorded}
     same: dict[str, list[pd.Series]] = {}
     ratios: dict[str, list[pd.Series]] = {}
@@ -455,6 +469,33 @@ def seed_summary_line(results: Sequence[Mapping[str, Any]]) -> str:
     return f"mean gain over {n} seeds, with a 95% t-interval over seeds: " + (
         " and ".join(parts)
     )
+
+
+def seed_level_table(results: Sequence[Mapping[str, Any]], grade: str = "exact") -> str:
+    """``docs/results.md``'s table of the knobs judged across seeds: per variant,
+    the per-seed differences from the baseline, their mean with a 95% t-interval,
+    the signs, the sign-flip p and the verdict (``ablation.seed_level``)."""
+    lines = [
+        "| variant | per seed (points) | mean [95% t-interval] | up / down / tied "
+        "| sign-flip p | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for row in ablation.seed_level(results, grade).to_dict("records"):
+        per_seed = ", ".join(
+            f"{seed}: {_points(d)}"
+            for seed, d in zip(row["seed_list"], row["differences"], strict=True)
+        )
+        interval = (
+            f"[{_points(row['ci_low'])}, {_points(row['ci_high'])}]"
+            if row["seeds"] > 1
+            else ""
+        )
+        lines.append(
+            f"| {row['variant']} | {per_seed} | {_points(row['mean'])} {interval} | "
+            f"{row['up']} / {row['down']} / {row['tied']} | {row['sign_p']:.2g} | "
+            f"{ablation.verdict(row)} |"
+        )
+    return "\n".join(lines)
 
 
 def all_facts() -> dict[str, dict[str, str]]:
