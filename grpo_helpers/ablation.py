@@ -74,7 +74,7 @@ DROPPED = {
         "not in the list of variants this ablation was asked for, and three more "
         "30-step runs; within a group it weighs every token alike, as the token sum "
         "and constant (Dr. GRPO) do, and differs from constant only by weighting "
-        "each group by max_tokens / (its total tokens): notebook 08's section 2 "
+        "each group by max_tokens / (its total tokens): notebook 09's section 2 "
         "shows those weights"
     ),
 }

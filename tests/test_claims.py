@@ -221,6 +221,16 @@ cites(
 # ------------------------------------------------------------ docs/results.md
 cites(
     "docs/results.md",
+    "## The knobs, judged across seeds",
+    "ablation",
+    "Recorded: {seeds}.",
+    "In words: {knobs summary}. The baseline learned on {baseline learned}.",
+    "The per-seed differences spread by {noise sd exact} (their standard deviation, "
+    "pooled over the variants), so these seeds would detect a true difference of "
+    "{detectable exact} 80% of the time",
+)
+cites(
+    "docs/results.md",
     "## Why one configuration gave two results",
     "noise pair",
     "The two runs share their rewards for {steps shared from the start}, then part: "
@@ -321,6 +331,17 @@ def seed_results(folder: str, seeds: tuple[int, ...]) -> list[dict]:
 
 #: The final-split seeds of notebook 05's defaults that no run had used (README).
 UNUSED_SEEDS = (18, 19, 20, 21, 22, 23)
+
+
+def test_the_knobs_table_is_generated_from_the_ablation():
+    """docs/results.md's table of the knobs, cell by cell, is what
+    ``facts.seed_level_table`` makes of the recorded ablation."""
+    from grpo_helpers import ablation
+
+    text = page_section("docs/results.md", "## The knobs, judged across seeds")
+    table = facts.seed_level_table(ablation.load_results()).splitlines()
+    missing = [line for line in table if line not in text]
+    assert not missing, missing
 
 
 def test_the_readme_table_is_generated_from_the_seed_records():
