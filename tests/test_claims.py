@@ -241,6 +241,7 @@ cites(
 )
 
 # ---------------------------------------------------------------- the README
+cites("README.md", "## Results", "ablation", "same seed: {knobs summary}.")
 cites(
     "README.md",
     "## Results",
