@@ -254,6 +254,12 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
                 f"{100 * stats.detectable_difference(first['noise_sd'], n):.0f} points "
                 f"with {n} seeds"
             )
+            needed = next(
+                k
+                for k in range(2, 1000)
+                if stats.detectable_difference(first["noise_sd"], k) <= 0.10
+            )
+            facts[f"seeds for 10 points {grade}"] = f"{needed} seeds"
     exact = ablation.seed_level(recorded, "exact")
     apart = [
         f"{row['variant']} ({ablation.verdict(row).split(' than')[0]})"

@@ -240,6 +240,18 @@ cites(
     "{first update's gradient norms}.",
 )
 
+# ------------------------------------------------------------ docs/teaching.md
+cites(
+    "docs/teaching.md",
+    "## Model answers to the discussion questions",
+    "ablation",
+    "The recorded ablation ({seeds}) supports one kind of verdict with a direction, "
+    "and no winner: {knobs summary}.",
+    "would detect a true difference of about {detectable exact} 80% of the time.",
+    "with the per-seed spread of {noise sd exact}, `stats.detectable_difference` says "
+    "a 10-point difference needs about {seeds for 10 points exact}.",
+)
+
 # ---------------------------------------------------------------- the README
 cites("README.md", "## Results", "ablation", "same seed: {knobs summary}.")
 cites(
