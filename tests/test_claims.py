@@ -186,7 +186,7 @@ cites(
     "## What this ablation supports",
     "ablation",
     "over {seeds}.",
-    "The baseline learns on {baseline learned} (both grades up, each at p < 0.01): "
+    "The baseline learns on {baseline learned} (both grades up, p < 0.01): "
     "its exact accuracy rose {baseline: exact points gained}.",
     "over the last five steps its k3 estimate averages {KL beta=0.2: KL to base (k3)}, "
     "against {baseline: KL to base (k3)} for the baseline, and its exact accuracy rose "
