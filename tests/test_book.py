@@ -167,6 +167,22 @@ def test_every_notebook_has_a_page_labelled_with_its_mode(site):
 
 
 @site_test
+def test_the_docs_pages_and_the_readme_figure_are_on_the_site(site):
+    """What moved out of the README renders as pages of the site (results, the
+    teacher's guide, performance, beyond the laptop, the package), the index links
+    to them, and the index shows the README's figure."""
+    html = site["html"]
+    index = (html / "index.html").read_text()
+    for name in course.DOC_PAGES:
+        page = html / f"{name}.html"
+        assert page.is_file(), name
+        assert f'href="{name}.html' in index, name
+    assert "## " not in (html / "results.html").read_text()  # rendered, not raw
+    image = re.search(r'<img[^>]+src="([^"]*notebook05-seeds[^"]*)"', index)
+    assert image and (html / image.group(1)).is_file()
+
+
+@site_test
 def test_links_between_pages_resolve(site):
     html = site["html"]
     for page in html.glob("*.html"):
