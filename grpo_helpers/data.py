@@ -401,12 +401,3 @@ def load_split(config: GRPOConfig, split: str) -> Dataset:
     if split == "train" and config.limit is not None:
         rows = rows.select(range(min(config.limit, len(rows))))
     return rows
-
-
-# Moved to grpo_helpers.arithmetic (issue 24); re-exported here for one release.
-from grpo_helpers.arithmetic import (  # noqa: E402, F401
-    ARITHMETIC_ROWS,
-    DIFFICULTIES,
-    make_arithmetic_problems,
-    make_arithmetic_splits,
-)

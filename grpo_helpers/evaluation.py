@@ -578,20 +578,3 @@ def evaluate(
             reuse=reuse,
         )
     )
-
-
-# Moved out of this module (issue 24); re-exported here for one release: import the
-# statistics from grpo_helpers.stats and the summaries and comparisons from
-# grpo_helpers.report.
-from grpo_helpers.report import (  # noqa: E402, F401
-    Comparison,
-    accuracy_rows,
-    compare,
-)
-from grpo_helpers.stats import (  # noqa: E402, F401
-    k_curves,
-    majority_answer,
-    mcnemar_exact_p,
-    paired_bootstrap_ci,
-    wilson_interval,
-)

@@ -116,21 +116,3 @@ def export_trl(
     (folder / "accelerate" / "multi_gpu.yaml").write_text(_accelerate(processes))
     (folder / "README.md").write_text(readme(config, gpu, processes, mode))
     return folder
-
-
-# Moved to grpo_helpers.trl_mapping (issue 24); re-exported here for one release.
-from grpo_helpers.trl_mapping import (  # noqa: E402, F401
-    ADAM,
-    FIELD_RULES,
-    INSTALL_HINT,
-    KNOWN_DIFFERENCES,
-    LOSS_TYPES,
-    Difference,
-    ExportRefused,
-    FieldRule,
-    field_names,
-    loss_scale,
-    refusals,
-    trl_missing,
-    trl_version,
-)

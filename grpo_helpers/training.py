@@ -487,26 +487,3 @@ def train(config: GRPOConfig, mode: str = "sync", **kwargs: Any) -> TrainResult:
 
         return run_coroutine(train_async(config, **kwargs))  # works inside Jupyter
     raise ValueError(f"unknown mode {mode!r}; choose 'sync' or 'async'")
-
-
-# Moved out of this module (issue 24), or only imported here, and re-exported for one
-# release: import the step's arithmetic from grpo_helpers.step_math, the run
-# directory from grpo_helpers.run_files, the rows of a run from grpo_helpers.data
-# (RUN_SPLITS, once SPLITS here) and the Datum from grpo_helpers.datum.
-from grpo_helpers.data import RUN_SPLITS as SPLITS  # noqa: E402, F401
-from grpo_helpers.datum import RolloutSample, build_grpo_datum  # noqa: E402, F401
-from grpo_helpers.run_files import (  # noqa: E402, F401
-    DRIFT_DROP,
-    DRIFT_STEPS,
-    RESUME_MUTABLE_FIELDS,
-    SAME_DATA_KEYS,
-    box_drift,
-    find_weights,
-    load_metrics,
-    load_samples,
-    read_jsonl,
-)
-from grpo_helpers.step_math import (  # noqa: E402, F401
-    OBJECTIVE_METRICS,
-    trained_samples,
-)

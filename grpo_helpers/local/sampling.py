@@ -500,7 +500,3 @@ def _completion_text(
     text = tokenizer.decode(tokens, skip_special_tokens=False)
     cut = min((text.find(s) for s in strs if s in text), default=-1)
     return text[:cut] if cut >= 0 else text
-
-
-# Moved to grpo_helpers.local.prefill (issue 20); re-exported here for one release.
-from grpo_helpers.local.prefill import MIN_SHARED_PREFIX  # noqa: E402, F401
