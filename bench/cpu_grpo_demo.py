@@ -73,8 +73,7 @@ from grpo_helpers import (  # noqa: E402
 )
 from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
-
-SMOLLM2 = presets.SMOLLM2
+from grpo_helpers.settings import SMOLLM2  # noqa: E402
 
 #: Training settings per preset; ``notebook`` must equal notebook 05's parameters
 #: cell at full size (tests/test_reference_runs.py checks it).

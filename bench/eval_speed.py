@@ -34,8 +34,9 @@ sys.path.insert(0, str(ROOT))
 import torch  # noqa: E402
 
 from grpo_helpers import data, evaluation  # noqa: E402
-from grpo_helpers.config import SETTINGS, GRPOConfig  # noqa: E402
+from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
+from grpo_helpers.settings import SETTINGS  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> list[dict]:

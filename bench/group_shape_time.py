@@ -57,8 +57,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     import pytrio as trio
 
     from grpo_helpers import data, prompts, rollout
-    from grpo_helpers.config import SETTINGS, GRPOConfig
+    from grpo_helpers.config import GRPOConfig
     from grpo_helpers.engines import connect
+    from grpo_helpers.settings import SETTINGS
 
     service = connect("local", run_dir=SETTINGS.runs_dir / "bench-group-shape")
     tc = service.create_lora_training_client(args.model, rank=16, seed=0)

@@ -212,9 +212,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     import pytrio as trio
 
     from grpo_helpers import data, datum, prompts, rewards, rollout
-    from grpo_helpers.config import SETTINGS, GRPOConfig
+    from grpo_helpers.config import GRPOConfig
     from grpo_helpers.engines import connect
     from grpo_helpers.local import prefix
+    from grpo_helpers.settings import SETTINGS
 
     run_dir = SETTINGS.runs_dir / "bench-step-time"
     paths = {

@@ -29,31 +29,42 @@ One module per idea; the README's "How the code is organised" has them all.
 
 Import a module and call through it (``from grpo_helpers import rewards``, then
 ``rewards.grade_answer(...)``), or take the most used functions from the top level.
-Importing the package is light: it does not import torch or transformers.
+Importing the package imports none of its modules (they load on first use), so
+the local engine (``grpo_helpers.local``) loads the environment's settings and
+never the rewards or the prompts; nor does it import torch or transformers.
 
 Introduced in: 01_gsm8k_dataset.ipynb
 """
 
-from grpo_helpers import advantages, data, datum, prompts, rewards
-from grpo_helpers.advantages import group_advantages
-from grpo_helpers.data import extract_gsm8k_answer, load_gsm8k
-from grpo_helpers.datum import RolloutSample, build_grpo_datum
-from grpo_helpers.prompts import build_prompt
-from grpo_helpers.rewards import extract_boxed, grade_answer, shaped_reward
+from __future__ import annotations
 
-__all__ = [
-    "RolloutSample",
-    "advantages",
-    "build_grpo_datum",
-    "build_prompt",
-    "data",
-    "datum",
-    "extract_boxed",
-    "extract_gsm8k_answer",
-    "grade_answer",
-    "group_advantages",
-    "load_gsm8k",
-    "prompts",
-    "rewards",
-    "shaped_reward",
-]
+import importlib
+from types import ModuleType
+from typing import Any
+
+#: The most used functions, by the module that defines them: loaded on first use.
+_SHORTCUTS = {
+    "RolloutSample": "datum",
+    "build_grpo_datum": "datum",
+    "build_prompt": "prompts",
+    "extract_boxed": "rewards",
+    "extract_gsm8k_answer": "data",
+    "grade_answer": "rewards",
+    "group_advantages": "advantages",
+    "load_gsm8k": "data",
+    "shaped_reward": "rewards",
+}
+_MODULES = ("advantages", "data", "datum", "prompts", "rewards")
+
+__all__ = sorted([*_MODULES, *_SHORTCUTS])
+
+
+def __getattr__(name: str) -> Any:
+    """A core module, or one of its most used functions, imported on first use."""
+    if name in _MODULES:
+        module: ModuleType = importlib.import_module(f"{__name__}.{name}")
+        return module
+    if name in _SHORTCUTS:
+        module = importlib.import_module(f"{__name__}.{_SHORTCUTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

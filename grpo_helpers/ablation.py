@@ -45,8 +45,9 @@ from grpo_helpers import (
     stats,
     training,
 )
-from grpo_helpers.config import SETTINGS, GRPOConfig
+from grpo_helpers.config import GRPOConfig
 from grpo_helpers.rewards import canonical_reward
+from grpo_helpers.settings import SETTINGS, SMOLLM2
 
 #: Where the recorded ablation lives.
 ABLATION_DIR = reference.REFERENCE_DIR / "ablation"
@@ -82,7 +83,7 @@ DROPPED = {
 #: The baseline: notebook 05's defaults exactly, with the KL to the base model
 #: measured (it changes no update) and a checkpoint every step (resumable).
 BASELINE = GRPOConfig(
-    base_model=presets.SMOLLM2,
+    base_model=SMOLLM2,
     backend="local",
     **presets.NOTEBOOK,
     measure_kl=True,

@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.settings import SETTINGS
 
 STUB_HINT = "your function returned None: is it still the stub?"
 

@@ -26,16 +26,15 @@ from pytrio import PyTrioError
 
 from grpo_helpers.config import (
     ADVANTAGE_SCALES,
-    BACKENDS,
     DATASETS,
     LOSS_FNS,
     NORMALIZATIONS,
     REWARDS,
     RUN_SPLITS,
-    SETTINGS,
     SWANLAB_MODES,
     GRPOConfig,
 )
+from grpo_helpers.settings import BACKENDS, SETTINGS
 
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:

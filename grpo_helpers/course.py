@@ -39,7 +39,7 @@ from typing import Any
 from unittest import mock
 
 from grpo_helpers import hidden_tests
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.settings import SETTINGS
 
 ROOT = SETTINGS.project_root
 NOTEBOOKS = ROOT / "notebooks"

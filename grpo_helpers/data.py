@@ -33,8 +33,9 @@ from pathlib import Path
 from datasets import Dataset
 
 from grpo_helpers.arithmetic import arithmetic_split, check_choice, check_int
-from grpo_helpers.config import RUN_SPLITS, SETTINGS, GRPOConfig
+from grpo_helpers.config import RUN_SPLITS, GRPOConfig
 from grpo_helpers.rewards import normalize_answer
+from grpo_helpers.settings import SETTINGS
 
 __all__ = [
     "BUNDLED_DIR",

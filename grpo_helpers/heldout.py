@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers import data, evaluation, run_files, training
-from grpo_helpers.config import SETTINGS, GRPOConfig
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.settings import SETTINGS
 
 __all__ = ["HeldOut", "compare", "held_out_questions", "trained_weights"]
 

@@ -37,7 +37,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from grpo_helpers.checks import STUB_HINT, TimeLimitExceeded, _report, time_limit
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.settings import SETTINGS
 
 __all__ = ["NORMALIZATIONS", "PlainBatch", "plain_batch", "plain_step_check"]
 

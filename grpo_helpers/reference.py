@@ -43,7 +43,7 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from grpo_helpers import provenance
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.settings import SETTINGS
 
 if TYPE_CHECKING:
     from grpo_helpers import evaluation

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-assert "grpo_helpers.config" not in sys.modules, (
+assert "grpo_helpers.settings" not in sys.modules, (
     "grpo_helpers was imported before tests/conftest.py could isolate its runs"
 )
 _RUNS = Path(tempfile.mkdtemp(prefix="grpo-test-runs-"))

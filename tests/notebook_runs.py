@@ -184,7 +184,7 @@ def make_source_run(runs_root: Path) -> Path:
     """A fast-mode run of notebook 05's settings, for notebook 07 to evaluate.
 
     Trained in this process (tiny-random, 2 steps) under ``runs_root`` (the
-    kernel's ``config.SETTINGS.runs_root``), in ``runs_root / SOURCE_RUN``.
+    kernel's ``settings.SETTINGS.runs_root``), in ``runs_root / SOURCE_RUN``.
     """
     from grpo_helpers import presets, training
     from grpo_helpers.config import GRPOConfig

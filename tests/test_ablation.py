@@ -12,7 +12,8 @@ import pytest
 from benches import load_bench
 
 from grpo_helpers import ablation, presets, stats
-from grpo_helpers.config import SETTINGS, GRPOConfig
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.settings import SETTINGS, SMOLLM2
 
 #: What a variant's name promises it changes, by a word of the name.
 PROMISES = {
@@ -32,7 +33,7 @@ def _bench():
 def test_the_baseline_is_notebook_05s_run():
     for field, value in presets.NOTEBOOK.items():
         assert getattr(ablation.BASELINE, field) == value, field
-    assert ablation.BASELINE.base_model == presets.SMOLLM2
+    assert ablation.BASELINE.base_model == SMOLLM2
     # measuring the KL and checkpointing each step change no update
     defaults = GRPOConfig(backend="local", **presets.NOTEBOOK)
     for field in dataclasses.fields(GRPOConfig):

@@ -30,6 +30,7 @@ from grpo_helpers.report import (
     format_results_table,
     summarize,
 )
+from grpo_helpers.settings import SMOLLM2
 from grpo_helpers.stats import (
     maj_at_k,
     majority_answer,
@@ -951,6 +952,6 @@ def test_notebook_07_at_full_size_reads_the_recorded_base_answers(name: str) -> 
     lengths = [
         len(prompts.build_prompt(tokenizer, row["question"], fewshot)) for row in rows
     ]
-    sampler = _base_client({}, model=presets.SMOLLM2)
+    sampler = _base_client({}, model=SMOLLM2)
     greedy = {"temperature": 0.0, "max_tokens": max_tokens, "num_samples": 1}
     assert evaluation.reuse_problem(recorded, sampler, rows, lengths, **greedy) is None

@@ -21,6 +21,7 @@ from needs_trl import import_trl
 from grpo_helpers import export, presets, trl_mapping
 from grpo_helpers.cli import main
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.settings import SMOLLM2
 
 trl = import_trl()
 
@@ -30,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_05 = dict(
     presets.NOTEBOOK,
     backend="local",
-    base_model=presets.SMOLLM2,
+    base_model=SMOLLM2,
     seed=0,
     weights_name="nb05-sync",
     run_dir="runs/nb05-sync",

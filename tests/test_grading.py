@@ -891,7 +891,7 @@ CHEATS = {
                 return solutions.smallest_group_size(pass_rate, max_degenerate)
         """),
         textwrap.dedent("""
-            from grpo_helpers.config import SETTINGS
+            from grpo_helpers.settings import SETTINGS
 
             path = SETTINGS.project_root / "notebooks/solutions/03_group_advantages.py"
             exec(path.read_text())  # defines success_advantage
@@ -1194,7 +1194,7 @@ def graded(edition, tmp_path_factory):
         import time
 
         import grpo_helpers
-        from grpo_helpers.config import SETTINGS
+        from grpo_helpers.settings import SETTINGS
 
         time.sleep({SLOW_CELL_SECONDS})  # a slow import on a loaded machine
         seen = {{

@@ -154,7 +154,7 @@ def test_opening_follows_the_house_style(stem: str) -> None:
     assert "fast" in runtime and "full" in runtime
     # issue 22: versions, engine and device in one helper call, a short first cell
     first = first_code_cell(nb).source
-    assert "config.environment_report(" in first, stem
+    assert "settings.environment_report(" in first, stem
     assert len(first.splitlines()) <= 15, stem
 
 

@@ -644,7 +644,7 @@ def test_notebook_opening_and_parameters(key):
         assert part in opening
     # issue 22: versions, engine and device in one helper call, a short first cell
     versions = nb.cells[first_code].source
-    assert "config.environment_report(" in versions
+    assert "settings.environment_report(" in versions
     assert len(versions.splitlines()) <= 15
     parameters = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1
@@ -655,9 +655,8 @@ def test_notebook_opening_and_parameters(key):
     assert names[0] == "backend"
     if key in ("05", "06"):
         assert "base_model" in names
-        assert 'config.pick("HuggingFaceTB/SmolLM2-135M-Instruct", "tiny-random")' in (
-            parameters[0].source
-        )
+        want = 'settings.full_or_fast(settings.SMOLLM2, "tiny-random")'
+        assert want in parameters[0].source
 
 
 @pytest.mark.parametrize("key", ["05", "06"])

@@ -23,6 +23,7 @@ from grpo_helpers import (
     reference,
     rewards,
 )
+from grpo_helpers.settings import SMOLLM2
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -49,9 +50,10 @@ def test_the_shipped_run_is_notebook_05s_defaults():
     for node in ast.parse(cell.source).body:
         name = node.targets[0].id
         value = node.value
-        if isinstance(value, ast.Call):  # config.pick(full, fast): the full value
+        if isinstance(value, ast.Call):  # settings.full_or_fast(full, fast): full
             value = value.args[0]
-        values[name] = ast.literal_eval(value)
+        if isinstance(value, ast.Constant):  # base_model names settings.SMOLLM2
+            values[name] = value.value
     preset = bench.PRESETS["notebook"]
     for key in (
         "steps",
@@ -128,7 +130,7 @@ def test_the_shipped_runs_say_they_used_the_dequantised_gguf(name):
     """The recorded runs keep the GGUF, and say so: in their caption (under every
     figure that shows them) and in words."""
     run = reference.load_run(name)
-    assert run.meta["settings"]["base_model"] == presets.SMOLLM2
+    assert run.meta["settings"]["base_model"] == SMOLLM2
     assert run.caption.endswith(", SmolLM2-135M-Instruct (4-bit GGUF, dequantised)")
     assert "4-bit (Q4_1) GGUF" in run.model and "dequantised" in run.model
     assert "not compared with the original weights" in run.model
@@ -136,7 +138,7 @@ def test_the_shipped_runs_say_they_used_the_dequantised_gguf(name):
 
 def test_write_run_records_the_model_in_words_and_its_files_hash(tmp_path):
     run = reference.load_run()
-    settings = {**run.meta["settings"], "base_model": presets.SMOLLM2}
+    settings = {**run.meta["settings"], "base_model": SMOLLM2}
     reference.write_run(
         tmp_path / "copy",
         command="python bench/cpu_grpo_demo.py --test",
@@ -147,7 +149,7 @@ def test_write_run_records_the_model_in_words_and_its_files_hash(tmp_path):
         trained=run.trained,
     )
     meta = json.loads((tmp_path / "copy" / "meta.json").read_text())
-    assert meta["model"] == provenance.model_words(presets.SMOLLM2)
+    assert meta["model"] == provenance.model_words(SMOLLM2)
     assert len(meta["provenance"]["model_file"]["sha256"]) == 64
     assert reference.load_run(tmp_path / "copy").model == meta["model"]
 

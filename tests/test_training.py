@@ -18,7 +18,7 @@ import pytest
 import torch
 from benches import load_bench
 
-from grpo_helpers import run_files, training
+from grpo_helpers import run_files, settings, training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
@@ -640,7 +640,7 @@ def test_fast_runs_never_share_a_directory_with_full_runs(fast):
     that notebook 07 evaluates: fast runs live under ``runs/fast/``."""
     import dataclasses
 
-    from grpo_helpers.config import SETTINGS
+    from grpo_helpers.settings import SETTINGS
 
     settings = dataclasses.replace(SETTINGS, fast=fast)
     runs = settings.runs_dir
@@ -893,15 +893,15 @@ def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path
     from grpo_helpers import config
 
     monkeypatch.delenv("GRPO_RUNS_ROOT", raising=False)
-    assert config._read_settings().runs_dir == config.SETTINGS.project_root / "runs"
+    assert config._read_settings().runs_dir == settings.SETTINGS.project_root / "runs"
     monkeypatch.setenv("GRPO_RUNS_ROOT", str(tmp_path / "elsewhere"))
     assert config._read_settings().runs_dir == tmp_path / "elsewhere"
 
 
 def test_this_session_writes_no_run_into_the_project(session_runs_dir):
     """tests/conftest.py moved every default run folder to a temporary one."""
-    from grpo_helpers.config import SETTINGS
     from grpo_helpers.local.service import default_run_dir
+    from grpo_helpers.settings import SETTINGS
 
     project_runs = SETTINGS.project_root / "runs"
     assert SETTINGS.runs_dir == session_runs_dir.resolve()
