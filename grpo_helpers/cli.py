@@ -26,14 +26,13 @@ from pytrio import PyTrioError
 
 from grpo_helpers.config import (
     ADVANTAGE_SCALES,
-    DATASETS,
     LOSS_FNS,
     NORMALIZATIONS,
     REWARDS,
-    RUN_SPLITS,
     SWANLAB_MODES,
     GRPOConfig,
 )
+from grpo_helpers.data import DATASETS, RUN_SPLITS
 from grpo_helpers.settings import BACKENDS, SETTINGS
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.advantages import ADVANTAGE_SCALES, NORMALIZATIONS
+from grpo_helpers.data import DATASETS
 from grpo_helpers.rewards import EARLIER_REWARDS, REWARD_FUNCTIONS
 from grpo_helpers.settings import BACKENDS, DEFAULT_BASE_MODELS, SETTINGS
 
@@ -23,10 +24,6 @@ REWARDS = tuple(REWARD_FUNCTIONS)  # the names a run can choose
 #: ... and those of earlier recorded runs, accepted so that they can run again
 EARLIER = tuple(EARLIER_REWARDS)
 LOSS_FNS = ("importance_sampling", "ppo", "cispo")
-DATASETS = ("gsm8k", "arithmetic")
-#: The splits a run can load: train on ``train``; choose settings on ``validation``
-#: (the arithmetic track only: GSM8K has no validation split); report on ``test``.
-RUN_SPLITS = ("train", "validation", "test")
 MODES = ("sync", "async")
 SWANLAB_MODES = ("offline", "local", "online")
 

@@ -30,7 +30,6 @@ Introduced in: 07_evaluating_a_trained_model.ipynb
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ import pytrio
 from tqdm.auto import tqdm
 
 from grpo_helpers import answers, data, prompts, rewards
+from grpo_helpers.engines import run_coroutine
 from grpo_helpers.report import format_results_table, summarize, summary_row
 from grpo_helpers.stats import maj_at_k, pass_at_k
 
@@ -51,7 +51,6 @@ __all__ = [
     "evaluate",
     "evaluate_async",
     "regrade",
-    "run_coroutine",
 ]
 
 #: Columns of the per-question records, in order (``num_samples == 1``).
@@ -481,22 +480,6 @@ async def evaluate_async(
     frame = _records_frame(records, num_samples)
     summary = summarize(frame, confidence=confidence, seconds=seconds)
     return EvalResult(records=frame, summary=summary, name=name, settings=settings)
-
-
-def run_coroutine(coroutine: Any) -> Any:
-    """Run a coroutine to the end from sync code, inside Jupyter or not.
-
-    A plain script has no running event loop, so ``asyncio.run`` does the job. A
-    Jupyter cell already runs inside one, where ``asyncio.run`` refuses to start a
-    second; there the coroutine runs in a worker thread with its own loop, and this
-    thread waits for it.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
 
 
 def evaluate(

@@ -188,7 +188,7 @@ def read_run(run_dir: str | Path, base_model: str | None = None) -> RunWeights:
 
 def _check_model_file(path: Path, model: str, provenance: dict[str, Any]) -> None:
     """Refuse when the run's model file (its SHA-256) is not the one here."""
-    from grpo_helpers.reference import model_file
+    from grpo_helpers.provenance import model_file
 
     saved = provenance.get("model_file") or {}
     if not saved.get("sha256"):

@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpo_helpers import rewards
+from grpo_helpers import data, rewards
 
 __all__ = [
     "detectable_difference",
@@ -182,7 +182,7 @@ def _vote_key(answer: str) -> tuple[str, Any]:
     value = rewards.parse_number(answer)
     if value is not None:
         return ("number", value)
-    return ("text", rewards.normalize_answer(answer))
+    return ("text", data.normalize_answer(answer))
 
 
 def majority_answer(answers: Iterable[str | None]) -> str | None:

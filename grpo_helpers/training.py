@@ -42,6 +42,7 @@ from grpo_helpers.data import (
     get_num_steps,
     load_split,
 )
+from grpo_helpers.engines import connect, run_coroutine
 from grpo_helpers.prompts import build_prompt
 from grpo_helpers.rewards import get_reward_fn
 from grpo_helpers.rollout import (
@@ -106,8 +107,6 @@ class _Run:
         )
         self.cumulative = self.run.cumulative()
         if service is None:
-            from grpo_helpers.engines import connect
-
             service = connect(config.backend, run_dir=self.run.path / "checkpoints")
         self.service = service
         self.training_client = service.create_lora_training_client(
@@ -483,7 +482,5 @@ def train(config: GRPOConfig, mode: str = "sync", **kwargs: Any) -> TrainResult:
     if mode == "sync":
         return train_sync(config, **kwargs)
     if mode == "async":
-        from grpo_helpers.evaluation import run_coroutine
-
         return run_coroutine(train_async(config, **kwargs))  # works inside Jupyter
     raise ValueError(f"unknown mode {mode!r}; choose 'sync' or 'async'")

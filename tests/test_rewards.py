@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from strategies import boxy_strategy, boxy_texts
 
 from grpo_helpers import rewards
+from grpo_helpers.data import normalize_answer
 from grpo_helpers.rewards import (
     DEMO_BOXED_REGEX,
     REWARD_FUNCTIONS,
@@ -24,7 +25,6 @@ from grpo_helpers.rewards import (
     extract_last_number,
     get_reward_fn,
     grade_answer,
-    normalize_answer,
     parse_number,
     right_answer_reward,
     shaped_reward,
