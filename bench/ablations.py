@@ -1,7 +1,7 @@
 """Record notebook 08's ablation: every variant of the GRPO objective, three seeds.
 
-Each (variant, seed) is notebook 05's run (``grpo_helpers.ablation.BASELINE``: 30
-sync steps of SmolLM2 on the arithmetic problems) with one change, scored on 100
+Each (variant, seed) is notebook 05's run (``grpo_helpers.results.ablation.BASELINE``:
+30 sync steps of SmolLM2 on the arithmetic problems) with one change, scored on 100
 problems of the final test split before and after training, and written to
 ``data/reference_runs/ablation/<variant>-seed<k>.json``. The script is resumable: a
 (variant, seed) whose file exists is skipped, and an interrupted one continues from
@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grpo_helpers import ablation  # noqa: E402
+from grpo_helpers.results import ablation  # noqa: E402
 
 #: The smoke run: tiny-random, two steps of a few tokens, a few questions, and the
 #: shaped reward (random text is never right, so only it gives groups a spread).

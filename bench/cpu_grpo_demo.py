@@ -6,7 +6,8 @@ End to end, on the local engine, in one process per seed:
 2. train with GRPO on disjoint training problems;
 3. evaluate the trained weights on the same held-out problems;
 4. write the numbers (JSON), a plot (PNG) and, with ``--record``, a recorded run
-   (``grpo_helpers.reference``) that notebooks 05-07 plot beside a learner's run;
+   (``grpo_helpers.results.recorded_runs``) that notebooks 05-07 plot beside a
+   learner's run;
 5. print one line per seed, then a ``RESULT`` line: exact and lenient accuracy
    before -> after with McNemar's p, for every seed.
 
@@ -61,18 +62,15 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from grpo_helpers import (  # noqa: E402
     data,
-    evaluation,
-    facts,
     plotting,
     presets,
     prompts,
-    reference,
-    report,
     run_files,
     training,
 )
 from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
+from grpo_helpers.results import evaluation, facts, recorded_runs, report  # noqa: E402
 from grpo_helpers.settings import SMOLLM2  # noqa: E402
 
 #: Training settings per preset; ``notebook`` must equal notebook 05's parameters
@@ -277,7 +275,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
                 sampler, tokenizer, gsm8k, name=f"GSM8K {model}", **gsm8k_kwargs
             )
     total_seconds = time.time() - started
-    summary = reference.summarize_records(base.records, trained.records)
+    summary = recorded_runs.summarize_records(base.records, trained.records)
     numbers = {
         "preset": args.preset,
         "seed": seed,
@@ -296,7 +294,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         numbers["early"] = {
             "step": args.eval_at,
             **_eval_numbers(early.summary),
-            "vs_base": reference.summarize_records(base.records, early.records),
+            "vs_base": recorded_runs.summarize_records(base.records, early.records),
         }
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
@@ -317,7 +315,7 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
     if args.record and seed == args.seeds[0]:
         targets.append(ROOT / args.record)
     for target in targets:
-        reference.write_run(
+        recorded_runs.write_run(
             target,
             command=command.strip(),
             settings={**config.to_dict(), **s, "split": args.split},
@@ -355,13 +353,13 @@ def more_numbers(
         if name.startswith("gsm8k"):
             out[name] = entry
             continue
-        entry["vs_base"] = reference.summarize_records(base.records, result.records)
-        entry["grpo_vs_this"] = reference.summarize_records(
+        entry["vs_base"] = recorded_runs.summarize_records(base.records, result.records)
+        entry["grpo_vs_this"] = recorded_runs.summarize_records(
             result.records, trained.records
         )
         out[name] = entry
     if "gsm8k base" in more and "gsm8k trained" in more:
-        out["gsm8k"] = reference.summarize_records(
+        out["gsm8k"] = recorded_runs.summarize_records(
             more["gsm8k base"].records, more["gsm8k trained"].records
         )
     return out

@@ -7,7 +7,7 @@ seconds of each and the ratios:
 
 * ``share_prefix`` off / on (``connect("local", shared_prefix=...)``): each batch
   prefills every prompt whole, or the shared few-shot prefix once and each
-  prompt's own tokens after it (``grpo_helpers.local.prefill.shared_prefix_len``);
+  prompt's own tokens after it (``grpo_helpers.local.prompt_cache.shared_prefix_len``);
 * ``concurrency``: requests in flight, hence completions decoded per batch.
 
 It also counts the completions that differ from the plain path's (greedy: float
@@ -33,9 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from grpo_helpers import data, evaluation  # noqa: E402
+from grpo_helpers import data  # noqa: E402
 from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
+from grpo_helpers.results import evaluation  # noqa: E402
 from grpo_helpers.settings import SETTINGS  # noqa: E402
 
 

@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 import pandas as pd  # noqa: E402
 
-from grpo_helpers import report, stats  # noqa: E402
+from grpo_helpers.results import report, stats  # noqa: E402
 
 
 def graded(run_dir: Path) -> pd.DataFrame:

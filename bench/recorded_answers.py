@@ -31,14 +31,15 @@ sys.path.insert(0, str(ROOT))
 
 import torch  # noqa: E402
 
-from grpo_helpers import data, evaluation, prompts, provenance, reference  # noqa: E402
+from grpo_helpers import data, prompts, provenance  # noqa: E402
 from grpo_helpers.config import GRPOConfig  # noqa: E402
 from grpo_helpers.engines import connect  # noqa: E402
+from grpo_helpers.results import evaluation, recorded_runs  # noqa: E402
 
 NAMES = ("base", "zero-shot", "arithmetic example", "gsm8k base")
 
 
-def questions_for(run: reference.RecordedRun, name: str) -> object:
+def questions_for(run: recorded_runs.RecordedRun, name: str) -> object:
     """The questions the recorded run asked for one evaluation (as notebook 07)."""
     s = run.meta["settings"]
     if name == "gsm8k base":
@@ -54,12 +55,12 @@ def questions_for(run: reference.RecordedRun, name: str) -> object:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run", default=reference.DEFAULT_RUN)
+    parser.add_argument("--run", default=recorded_runs.DEFAULT_RUN)
     parser.add_argument("--only", nargs="*", choices=NAMES, default=list(NAMES))
     parser.add_argument("--out", type=Path, help="also write the numbers as JSON")
     args = parser.parse_args()
 
-    run = reference.load_run(args.run)
+    run = recorded_runs.load_run(args.run)
     service = connect("local")
     sampler = service.create_sampling_client(
         base_model=run.meta["settings"]["base_model"]

@@ -3,8 +3,8 @@
 Trains the record's settings for ``--steps`` steps on this machine, with the
 record's torch thread count unless ``--threads`` says otherwise, and prints step by
 step the recorded and the rerun reward and gradient norm, then the first step at
-which they differ (``grpo_helpers.replay``). Same commit, same thread count, same
-CPU kernels: no difference is expected; ``docs/results.md`` says what differed
+which they differ (``grpo_helpers.results.replay``). Same commit, same thread count,
+same CPU kernels: no difference is expected; ``docs/results.md`` says what differed
 between the two runs of one configuration that parted.
 
 Run::
@@ -25,7 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from grpo_helpers import provenance, replay
+from grpo_helpers import provenance
+from grpo_helpers.results import replay
 
 
 def _value(text: str) -> object:

@@ -214,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     from grpo_helpers import data, datum, prompts, rewards, rollout
     from grpo_helpers.config import GRPOConfig
     from grpo_helpers.engines import connect
-    from grpo_helpers.local import prefix
+    from grpo_helpers.local import batch_plan
     from grpo_helpers.settings import SETTINGS
 
     run_dir = SETTINGS.runs_dir / "bench-step-time"
@@ -314,8 +314,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     gbps = bandwidth_probe(64 if args.quick else 512)
     skinny = skinny_matmul_probe(model)
     seqs = [d.model_input.to_ints() for d in datums]
-    plan = prefix.plan_shared_prefixes(seqs)
-    positions = prefix.positions_computed(seqs, plan)
+    plan = batch_plan.plan_shared_prefixes(seqs)
+    positions = batch_plan.positions_computed(seqs, plan)
     d_attn = cfg.num_attention_heads * getattr(
         cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads
     )

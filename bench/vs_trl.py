@@ -259,7 +259,7 @@ class TRLStep:
         from transformers import TrainerCallback
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-        from grpo_helpers import export
+        from grpo_helpers.trl import export
 
         export.export_trl(config, folder, overwrite=True)
         spec = importlib.util.spec_from_file_location(
@@ -376,9 +376,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import torch
     from step_time import PeakMemory
 
-    from grpo_helpers import trl_mapping
+    from grpo_helpers.trl import mapping
 
-    missing = trl_mapping.trl_missing()
+    missing = mapping.trl_missing()
     if missing:
         raise SystemExit(missing)
     config = run_config(args)
@@ -424,7 +424,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"prompts={config.batch_size} group_size={config.group_size} "
         f"max_tokens={config.max_tokens} temperature={config.temperature} "
         f"lora_rank={config.lora_rank} repeats={args.repeats} "
-        f"trl={trl_mapping.trl_version()} torch={torch.__version__}"
+        f"trl={mapping.trl_version()} torch={torch.__version__}"
     )
     per_token = summary["sampling_seconds_per_token"]
     print(f"{'':24}{'local':>10}{'TRL':>10}{'TRL/local':>11}   (medians)")

@@ -268,7 +268,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export_peft(args: argparse.Namespace) -> int:
-    from grpo_helpers import export_peft
+    from grpo_helpers.trl import export_peft
 
     result = export_peft.export_peft(
         args.from_run,
@@ -299,20 +299,20 @@ def cmd_export_peft(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from grpo_helpers import export, trl_mapping
+    from grpo_helpers.trl import export, mapping
 
     if args.target == "peft":
         return cmd_export_peft(args)
 
-    missing = trl_mapping.trl_missing()
+    missing = mapping.trl_missing()
     if missing:
         print(f"error: {missing}", file=sys.stderr)
         return 2
-    version = trl_mapping.trl_version()
-    if version != trl_mapping.TRL_VERSION:
+    version = mapping.trl_version()
+    if version != mapping.TRL_VERSION:
         print(
             f"warning: TRL {version} is installed; the mapping was checked against "
-            f"TRL {trl_mapping.TRL_VERSION} (pip install -e '.[trl]')",
+            f"TRL {mapping.TRL_VERSION} (pip install -e '.[trl]')",
             file=sys.stderr,
         )
     values = {}
@@ -325,7 +325,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     mode = getattr(args, "mode", "sync")
     folder = export.export_trl(config, out, overwrite=args.overwrite, mode=mode)
     print(f"TRL export of {config.weights_name!r}: {folder}")
-    for topic, text in trl_mapping.run_notes(config):
+    for topic, text in mapping.run_notes(config):
         print(f"  note ({topic}): {text}.")
     print(f"  {folder / 'README.md'} says how to launch it; on this CPU:")
     print(f"  cd {folder} && python train_grpo.py --config grpo_config_cpu.yaml")
@@ -360,9 +360,9 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from grpo_helpers import evaluation, report
     from grpo_helpers.data import load_split
     from grpo_helpers.engines import connect
+    from grpo_helpers.results import evaluation, report
 
     if args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
@@ -449,7 +449,7 @@ def cmd_series(args: argparse.Namespace) -> int:
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError
 
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course
 
     src = Path(args.notebooks)
     out = Path(args.out)
@@ -509,7 +509,7 @@ def _book_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_book(args: argparse.Namespace) -> int:
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course
 
     built = course.build_book(Path(args.out))
     fast = sorted(name for name, mode in built["modes"].items() if mode == "fast")
@@ -542,7 +542,7 @@ def _student_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_student(args: argparse.Namespace) -> int:
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course
 
     notebooks = course.build_student(Path(args.out), Path(args.course))
     print(f"Student edition (hand out): {notebooks}")
@@ -606,7 +606,7 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from grpo_helpers import grading
+    from grpo_helpers.classroom import grading
 
     submissions = Path(args.submissions)
     if not submissions.is_dir():

@@ -145,13 +145,13 @@ def numeric_path() -> dict[str, Any]:
         }
     )
     try:
-        from grpo_helpers.local import decoder, prefill
+        from grpo_helpers.local import decoder, prompt_cache
     except ImportError:
         return out
     packing = decoder.packing_available(torch.device("cpu"), torch.float32)
     out["packed_products"] = list(decoder.PACKED_ROWS) if packing else False
     out["packed_min_steps"] = decoder.MIN_PACKED_STEPS
-    out["shared_prefix_min_tokens"] = prefill.MIN_SHARED_PREFIX
+    out["shared_prefix_min_tokens"] = prompt_cache.MIN_SHARED_PREFIX
     return out
 
 

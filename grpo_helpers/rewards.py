@@ -310,7 +310,8 @@ def read_answer(text: str) -> tuple[str | None, bool]:
 
     The last ``\boxed{}`` answer when there is one, else the last number in the
     text (None when there is neither). The shaped and right-answer rewards and the
-    lenient grade of :mod:`grpo_helpers.evaluation` all read the answer this way.
+    lenient grade of :mod:`grpo_helpers.results.evaluation` all read the answer this
+    way.
 
     Example:
         >>> read_answer(r"3 + 4 = 7, so \boxed{7}"), read_answer("3 + 4 = 7")

@@ -16,7 +16,7 @@ Both loops of :mod:`grpo_helpers.training` write the same directory::
 reuse; :func:`box_drift` and :func:`stall` read a run's metrics for the two ways a
 run can go wrong: drifting out of the box, and never taking off.
 Plots (:mod:`grpo_helpers.plotting`) and the recorded runs' readers
-(:mod:`grpo_helpers.reference`) import this module, never the loops.
+(:mod:`grpo_helpers.results.recorded_runs`) import this module, never the loops.
 
 Introduced in: 05_sync_training_loop.ipynb
 """
@@ -31,8 +31,8 @@ from typing import Any
 
 import pandas as pd
 
+from grpo_helpers.atomic_write import write_text_atomically
 from grpo_helpers.config import GRPOConfig
-from grpo_helpers.files import write_text_atomically
 from grpo_helpers.rewards import get_reward_fn
 
 #: Config fields that may differ when a run is resumed (they change no result).

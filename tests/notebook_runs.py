@@ -87,7 +87,7 @@ def _tags(cell) -> list[str]:  # noqa: ANN001
 
 def _printed(cells) -> list[str]:  # noqa: ANN001
     """The lines the cells printed, in order (not the hidden tests' results)."""
-    from grpo_helpers.hidden_tests import RESULT
+    from grpo_helpers.classroom.hidden_tests import RESULT
 
     return [
         line
@@ -107,7 +107,7 @@ def _stdout(cell) -> str:  # noqa: ANN001
 
 
 def judge(printed: str, key: dict) -> str:
-    from grpo_helpers.hidden_tests import judge
+    from grpo_helpers.classroom.hidden_tests import judge
 
     return judge(printed, key)
 
@@ -119,7 +119,7 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
     ``course.source_notebook``; and notebook 07's parameter override."""
     import nbformat
 
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course
 
     key = {}
     teacher = course.source_notebook(NOTEBOOKS / f"{stem}.ipynb", key)
@@ -146,22 +146,22 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
     return nb
 
 
-#: An IPython startup file of the test's kernels: every ``checks.self_check``
+#: An IPython startup file of the test's kernels: every ``self_checks.self_check``
 #: writes the value it compares with (``want``) to ``GRPO_TEST_WANTS``, so that a
 #: test can check that no hint shows one.
 RECORD_WANTS = """
 def _record_wants():
     import json, os
-    from grpo_helpers import checks
+    from grpo_helpers.classroom import self_checks
 
-    check = checks.self_check
+    check = self_checks.self_check
 
     def self_check(exercise, compute, want, *args, **kwargs):
         with open(os.environ["GRPO_TEST_WANTS"], "a") as out:
             out.write(json.dumps({"exercise": exercise, "want": repr(want)}) + "\\n")
         return check(exercise, compute, want, *args, **kwargs)
 
-    checks.self_check = self_check
+    self_checks.self_check = self_check
 
 
 _record_wants()

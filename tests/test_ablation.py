@@ -1,6 +1,6 @@
-"""Notebook 08's ablation (grpo_helpers.ablation, bench/ablations.py): its baseline is
-notebook 05's run, each variant changes what its name says and nothing else, the
-smoke run writes what notebook 08 reads, and the pooled paired statistics."""
+"""Notebook 08's ablation (grpo_helpers.results.ablation, bench/ablations.py): its
+baseline is notebook 05's run, each variant changes what its name says and nothing
+else, the smoke run writes what notebook 08 reads, and the pooled paired statistics."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 from benches import load_bench
 
-from grpo_helpers import ablation, presets, stats
+from grpo_helpers import presets
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.results import ablation, stats
 from grpo_helpers.settings import SETTINGS, SMOLLM2
 
 #: What a variant's name promises it changes, by a word of the name.

@@ -13,24 +13,16 @@ import nbformat
 import pytest
 from benches import load_bench
 
-from grpo_helpers import (
-    ablation,
-    data,
-    evaluation,
-    plotting,
-    presets,
-    provenance,
-    reference,
-    rewards,
-)
+from grpo_helpers import data, plotting, presets, provenance, rewards
+from grpo_helpers.results import ablation, evaluation, recorded_runs
 from grpo_helpers.settings import SMOLLM2
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_shipped_run_loads_and_reproduces_its_numbers():
-    run = reference.load_run()  # raises on any schema problem
-    assert reference.check_run(run) == []
+    run = recorded_runs.load_run()  # raises on any schema problem
+    assert recorded_runs.check_run(run) == []
     summary = run.summary()
     for grade in ("exact", "lenient"):
         recomputed = float(run.trained[grade].mean())
@@ -69,7 +61,7 @@ def test_the_shipped_run_is_notebook_05s_defaults():
         assert values[key] == preset[key], key
     # the recorded run was made with every setting of the preset, max_tokens and
     # temperature included
-    settings = reference.load_run().meta["settings"]
+    settings = recorded_runs.load_run().meta["settings"]
     assert set(preset) <= set(settings), set(preset) - set(settings)
     for key, value in preset.items():
         if key == "reward":  # recorded under an earlier name of the same function
@@ -80,9 +72,9 @@ def test_the_shipped_run_is_notebook_05s_defaults():
 
 def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():
     """Notebook 07's labelled experiment: the same settings, the article's reward."""
-    defaults = reference.load_run()
-    shaped = reference.load_run("shaped-reward")
-    assert reference.check_run(shaped) == []
+    defaults = recorded_runs.load_run()
+    shaped = recorded_runs.load_run("shaped-reward")
+    assert recorded_runs.check_run(shaped) == []
     assert shaped.meta["settings"]["reward"] == "shaped"
     reward = defaults.meta["settings"]["reward"]
     assert rewards.canonical_reward(reward) == presets.NOTEBOOK["reward"]
@@ -108,7 +100,7 @@ def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():
 
 
 def test_a_damaged_run_is_refused(tmp_path):
-    run = reference.load_run()
+    run = recorded_runs.load_run()
     copy = tmp_path / "copy"
     copy.mkdir()
     for path in run.path.iterdir():
@@ -117,19 +109,19 @@ def test_a_damaged_run_is_refused(tmp_path):
     meta["summary"]["exact"]["after"] += 0.01
     (copy / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="the records give"):
-        reference.load_run(copy)
+        recorded_runs.load_run(copy)
     (copy / "metrics.jsonl").unlink()
     with pytest.raises(ValueError, match="missing metrics.jsonl"):
-        reference.load_run(copy)
+        recorded_runs.load_run(copy)
     with pytest.raises(FileNotFoundError, match="shipped runs"):
-        reference.load_run("no-such-run")
+        recorded_runs.load_run("no-such-run")
 
 
 @pytest.mark.parametrize("name", ["notebook-defaults", "shaped-reward"])
 def test_the_shipped_runs_say_they_used_the_dequantised_gguf(name):
     """The recorded runs keep the GGUF, and say so: in their caption (under every
     figure that shows them) and in words."""
-    run = reference.load_run(name)
+    run = recorded_runs.load_run(name)
     assert run.meta["settings"]["base_model"] == SMOLLM2
     assert run.caption.endswith(", SmolLM2-135M-Instruct (4-bit GGUF, dequantised)")
     assert "4-bit (Q4_1) GGUF" in run.model and "dequantised" in run.model
@@ -137,9 +129,9 @@ def test_the_shipped_runs_say_they_used_the_dequantised_gguf(name):
 
 
 def test_write_run_records_the_model_in_words_and_its_files_hash(tmp_path):
-    run = reference.load_run()
+    run = recorded_runs.load_run()
     settings = {**run.meta["settings"], "base_model": SMOLLM2}
-    reference.write_run(
+    recorded_runs.write_run(
         tmp_path / "copy",
         command="python bench/cpu_grpo_demo.py --test",
         settings=settings,
@@ -151,11 +143,11 @@ def test_write_run_records_the_model_in_words_and_its_files_hash(tmp_path):
     meta = json.loads((tmp_path / "copy" / "meta.json").read_text())
     assert meta["model"] == provenance.model_words(SMOLLM2)
     assert len(meta["provenance"]["model_file"]["sha256"]) == 64
-    assert reference.load_run(tmp_path / "copy").model == meta["model"]
+    assert recorded_runs.load_run(tmp_path / "copy").model == meta["model"]
 
 
 def test_the_run_curves_plot_both_runs_with_their_labels():
-    run = reference.load_run()
+    run = recorded_runs.load_run()
     axes = plotting.plot_run_curves(
         {"your run": run.metrics.head(3), run.label: run.metrics}
     )
@@ -177,7 +169,7 @@ def test_the_run_curves_plot_both_runs_with_their_labels():
 def test_the_training_notebooks_plot_the_recorded_run(stem):
     nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", 4)
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "reference.load_run()" in source
+    assert "recorded_runs.load_run()" in source
     assert "recorded.label" in source
 
 
@@ -196,8 +188,8 @@ def test_the_bench_writes_a_recorded_run(tmp_path):
             str(target),
         ]
     )
-    run = reference.load_run(target)
-    assert reference.check_run(run) == []
+    run = recorded_runs.load_run(target)
+    assert recorded_runs.check_run(run) == []
     assert run.meta["command"].startswith("python bench/cpu_grpo_demo.py --quick")
     assert len(run.base) == bench.PRESETS["quick"]["eval_n"]
     # the run was scored after its first step too, then resumed to the end
@@ -218,7 +210,7 @@ def test_the_bench_writes_a_recorded_run(tmp_path):
     for model in ("base", "trained"):
         assert list(run.evals[f"gsm8k {model}"]["question"]) == gsm8k["question"]
     # every seed's run is kept beside its JSON, as the --record copy
-    kept = reference.load_run(tmp_path / "results" / "quick-seed0")
+    kept = recorded_runs.load_run(tmp_path / "results" / "quick-seed0")
     assert list(kept.trained["completion"]) == list(run.trained["completion"])
 
 
@@ -234,7 +226,7 @@ def test_the_recorded_ablation_is_todays_baseline_with_one_change_per_run():
         assert ("baseline", seed) in seen, seed
     skip = {"run_dir", "weights_name"}
     for record in results:
-        expected = reference.relative_paths(
+        expected = recorded_runs.relative_paths(
             ablation.variant_config(record["variant"], record["seed"]).to_dict()
         )
         settings = dict(record["settings"])  # an earlier name of the same reward

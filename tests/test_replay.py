@@ -1,5 +1,5 @@
 """Rerunning a recorded run: the replay reproduces an unchanged run step for step,
-and names the first step of a changed one (grpo_helpers.replay)."""
+and names the first step of a changed one (grpo_helpers.results.replay)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import math
 import pandas as pd
 import pytest
 
-from grpo_helpers import presets, provenance, replay, training
+from grpo_helpers import presets, provenance, training
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.results import replay
 
 
 def _frame(rewards, grads):

@@ -450,7 +450,7 @@ def test_last_number_of_adversarial_megabytes() -> None:
 def test_rewards_and_lenient_grade_read_the_answer_alike(text: str, gold: int) -> None:
     """read_answer is the one reading of an answer: the box, else the last number;
     the right-answer reward and the evaluation's grade follow it."""
-    from grpo_helpers.evaluation import _grade_text
+    from grpo_helpers.results.evaluation import _grade_text
 
     answer, boxed = rewards.read_answer(text)
     assert boxed == (extract_boxed(text) is not None)

@@ -17,10 +17,11 @@ import dataclasses
 import pytest
 from spies import EngineSpy
 
-from grpo_helpers import cli, run_files, step_math, training, trl_mapping
+from grpo_helpers import cli, run_files, step_math, training
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.datum import RolloutSample
 from grpo_helpers.engines import connect
+from grpo_helpers.trl import mapping
 
 TINY = dict(
     base_model="tiny-random",
@@ -219,19 +220,15 @@ def test_trl_mapping():
     base = GRPOConfig(
         batch_size=2, group_size=8, max_tokens=48, temperature=0.6, backend="local"
     )
-    settings = trl_mapping.trl_settings(base, "cpu")
+    settings = mapping.trl_settings(base, "cpu")
     assert settings["mask_truncated_completions"] is False
     assert settings["max_grad_norm"] == 0.0
     on = dataclasses.replace(base, mask_truncated=True, grad_clip_norm=2.0)
-    settings = trl_mapping.trl_settings(on, "cpu")
+    settings = mapping.trl_settings(on, "cpu")
     assert settings["mask_truncated_completions"] is True
     # TRL's loss is the series' divided by c: it clips its gradient at 2 / c
-    assert settings["max_grad_norm"] == pytest.approx(2.0 / trl_mapping.loss_scale(on))
+    assert settings["max_grad_norm"] == pytest.approx(2.0 / mapping.loss_scale(on))
     mean = dataclasses.replace(on, normalization="sequence_mean")
-    assert trl_mapping.trl_settings(mean, "cpu")["max_grad_norm"] == pytest.approx(
-        2 / 16
-    )
-    assert trl_mapping.FIELD_RULES["mask_truncated"].trl == (
-        "mask_truncated_completions",
-    )
-    assert trl_mapping.FIELD_RULES["grad_clip_norm"].trl == ("max_grad_norm",)
+    assert mapping.trl_settings(mean, "cpu")["max_grad_norm"] == pytest.approx(2 / 16)
+    assert mapping.FIELD_RULES["mask_truncated"].trl == ("mask_truncated_completions",)
+    assert mapping.FIELD_RULES["grad_clip_norm"].trl == ("max_grad_norm",)

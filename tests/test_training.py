@@ -854,7 +854,7 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
     false alarm, which its docstring and paragraph quote."""
     import pandas as pd
 
-    from grpo_helpers import ablation
+    from grpo_helpers.results import ablation
 
     gains, flagged = {}, set()
     for prefix, results in (

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_helpers.files import write_atomically
+from grpo_helpers.atomic_write import write_atomically
 from grpo_helpers.settings import SETTINGS, SMOLLM2, SMOLLM2_GGUF_NOTE
 
 TINY_RANDOM = "tiny-random"
@@ -297,7 +297,7 @@ def _gguf_cache_dir(gguf: Path) -> Path:
 
 def _atomic_write_dir(final: Path, write) -> Path:  # noqa: ANN001 - callable(Path)
     """Call ``write(tmp_dir)`` on a new folder, then rename it to ``final`` at once
-    (:func:`grpo_helpers.files.write_atomically`), marked ``COMPLETE``.
+    (:func:`grpo_helpers.atomic_write.write_atomically`), marked ``COMPLETE``.
 
     An interrupted run leaves no half-written cache; if another process won the
     race, its copy is kept and ours dropped.

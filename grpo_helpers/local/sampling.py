@@ -50,7 +50,7 @@ from pytrio.types import SampleResponse, SampleSequence, SamplingParams
 
 from grpo_helpers.local import counters
 from grpo_helpers.local.decoder import Decoder
-from grpo_helpers.local.prefill import (
+from grpo_helpers.local.prompt_cache import (
     pad_rows,
     prefill_shared,
     recall_prompt,
@@ -424,7 +424,7 @@ def score_prompts(
     prefilled, its keys and values copied to one cache row per member, and the
     members' remaining tokens run on top, right-padded.
     """
-    from grpo_helpers.local.prefix import plan_chunks, plan_shared_prefixes
+    from grpo_helpers.local.batch_plan import plan_chunks, plan_shared_prefixes
 
     device = decoder.device
     out: list[tuple[list[float | None], list] | None] = [None] * len(requests)

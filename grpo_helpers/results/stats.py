@@ -15,7 +15,7 @@ Pure functions over counts and per-question outcomes, with no sampler in sight:
   number per *seed* (a training run), for comparing two trained configurations,
   where the run-to-run noise of training is the noise that counts.
 
-:mod:`grpo_helpers.report` applies them to an evaluation's records; notebook 07
+:mod:`grpo_helpers.results.report` applies them to an evaluation's records; notebook 07
 teaches them as their own idea.
 
 Introduced in: 07_evaluating_a_trained_model.ipynb

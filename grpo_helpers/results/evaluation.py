@@ -21,8 +21,8 @@ article's ``eval.py``) is deliberately plain:
 4. one record per question (:data:`RECORD_COLUMNS`), in question order, so that two
    models' records line up question by question.
 
-:mod:`grpo_helpers.report` reads the records. Everything here works with PyTRIO's
-``SamplingClient`` and the local engine's, in a script and inside Jupyter.
+:mod:`grpo_helpers.results.report` reads the records. Everything here works with
+PyTRIO's ``SamplingClient`` and the local engine's, in a script and inside Jupyter.
 
 Introduced in: 07_evaluating_a_trained_model.ipynb
 """
@@ -39,10 +39,11 @@ import pandas as pd
 import pytrio
 from tqdm.auto import tqdm
 
-from grpo_helpers import answers, data, prompts, rewards
+from grpo_helpers import data, prompts, rewards
 from grpo_helpers.engines import run_coroutine
-from grpo_helpers.report import format_results_table, summarize, summary_row
-from grpo_helpers.stats import maj_at_k, pass_at_k
+from grpo_helpers.results import answers
+from grpo_helpers.results.report import format_results_table, summarize, summary_row
+from grpo_helpers.results.stats import maj_at_k, pass_at_k
 
 __all__ = [
     "MULTI_SAMPLE_COLUMNS",
@@ -91,7 +92,7 @@ class EvalResult:
             for ``k > 1`` samples per question, ``n_correct, pass_at_k, maj_at_k,
             sampled_tokens``. ``completion`` and the per-sample columns describe the
             first sample.
-        summary: see :func:`grpo_helpers.report.summarize`.
+        summary: see :func:`grpo_helpers.results.report.summarize`.
         name: label used in tables (``"base"``, ``"grpo step 50"``...).
         settings: the sampling settings the numbers were measured with.
     """

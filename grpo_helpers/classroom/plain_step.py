@@ -36,7 +36,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from grpo_helpers.checks import STUB_HINT, TimeLimitExceeded, _report, time_limit
+from grpo_helpers.classroom.self_checks import (
+    STUB_HINT,
+    TimeLimitExceeded,
+    _report,
+    time_limit,
+)
 from grpo_helpers.settings import SETTINGS
 
 __all__ = ["NORMALIZATIONS", "PlainBatch", "plain_batch", "plain_step_check"]

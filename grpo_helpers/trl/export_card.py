@@ -1,6 +1,6 @@
 """The model card (README.md) of a run's exported adapter or merged model.
 
-Kept apart from :mod:`grpo_helpers.export_peft` (which writes and checks the folder)
+Kept apart from :mod:`grpo_helpers.trl.export_peft` (which writes and checks the folder)
 because it is mostly text: how to load it, the base model's provenance, the
 held-out result, the check it passed, notes and the run's settings. Every number
 comes from the export itself.

@@ -1,8 +1,8 @@
 """The README.md of a TRL export: how to launch it, every setting, the differences.
 
-Kept apart from :mod:`grpo_helpers.trl_mapping` (which decides the mapping) because
+Kept apart from :mod:`grpo_helpers.trl.mapping` (which decides the mapping) because
 it is mostly text. Every number it prints comes from the mapping itself;
-:mod:`grpo_helpers.export` writes it into the export folder.
+:mod:`grpo_helpers.trl.export` writes it into the export folder.
 
 Introduced in: README.md, "When you outgrow this laptop" (after notebook 08)
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_helpers.config import GRPOConfig
-from grpo_helpers.trl_mapping import (
+from grpo_helpers.trl.mapping import (
     FIELD_RULES,
     KNOWN_DIFFERENCES,
     TRL_VERSION,
@@ -36,7 +36,7 @@ def mapping_cells(
 
     Args:
         config: the series' run.
-        settings: its TRL settings (:func:`grpo_helpers.trl_mapping.trl_settings`).
+        settings: its TRL settings (:func:`grpo_helpers.trl.mapping.trl_settings`).
 
     Returns:
         ``(series setting, value, TRL settings, how)`` cells (Markdown), in the
