@@ -19,21 +19,13 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
 
 from pytrio import PyTrioError
 
-from grpo_helpers.config import (
-    ADVANTAGE_SCALES,
-    LOSS_FNS,
-    NORMALIZATIONS,
-    REWARDS,
-    SWANLAB_MODES,
-    GRPOConfig,
-)
-from grpo_helpers.data import DATASETS, RUN_SPLITS
-from grpo_helpers.settings import BACKENDS, SETTINGS
+from grpo_helpers.config import MODES, GRPOConfig, add_arguments, from_arguments, knobs
+from grpo_helpers.data import RUN_SPLITS
+from grpo_helpers.settings import SETTINGS
 
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:
@@ -51,140 +43,28 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_run_arguments(p: argparse.ArgumentParser, suppress: bool = False) -> None:
-    """The flags that describe a run: ``train``'s, shared with ``export trl``.
+    """The flags that describe a run: ``--mode`` and one per knob of
+    ``GRPOConfig`` (``config.add_arguments``), shared by ``train`` and ``export trl``.
 
-    With ``suppress`` a flag that was not given stays out of the parsed namespace
-    (``argparse.SUPPRESS``), so the given ones can override a run's config.json.
+    With ``suppress`` a flag that was not given stays out of the parsed namespace,
+    so the given ones can override a run's config.json.
     """
-    fields_ = GRPOConfig.__dataclass_fields__
-
-    def field_default(name: str) -> object:
-        return argparse.SUPPRESS if suppress else fields_[name].default
-
-    none = argparse.SUPPRESS if suppress else None
     p.add_argument(
-        "--mode",
-        choices=("sync", "async"),
-        default=argparse.SUPPRESS if suppress else "sync",
+        "--mode", choices=MODES, default=argparse.SUPPRESS if suppress else "sync"
     )
-    p.add_argument("--base-model", default=none, help="default: the engine's default")
-    p.add_argument("--lora-rank", type=int, default=field_default("lora_rank"))
-    p.add_argument("--steps", type=int, default=field_default("steps"))
-    p.add_argument(
-        "--all-data",
-        action="store_true",
-        default=field_default("all_data"),
-        help="one pass over the train split (ignores --steps)",
-    )
-    p.add_argument("--limit", type=int, default=none, help="rows of the train split")
-    p.add_argument("--batch-size", type=int, default=field_default("batch_size"))
-    p.add_argument("--group-size", type=int, default=field_default("group_size"))
-    p.add_argument("--max-tokens", type=int, default=field_default("max_tokens"))
-    p.add_argument("--temperature", type=float, default=field_default("temperature"))
-    p.add_argument("--top-p", type=float, default=field_default("top_p"))
-    p.add_argument("--seed", type=int, default=field_default("seed"))
-    p.add_argument(
-        "--learning-rate", type=float, default=field_default("learning_rate")
-    )
-    p.add_argument("--beta1", type=float, default=field_default("beta1"))
-    p.add_argument("--beta2", type=float, default=field_default("beta2"))
-    p.add_argument("--reward", choices=REWARDS, default=field_default("reward"))
-    p.add_argument(
-        "--advantage-scale",
-        choices=ADVANTAGE_SCALES,
-        default=field_default("advantage_scale"),
-    )
-    p.add_argument("--weights-name", default=field_default("weights_name"))
-    p.add_argument(
-        "--swanlab",
-        action=argparse.BooleanOptionalAction,
-        default=field_default("swanlab"),
-        help="log to SwanLab (off unless asked; offline by default, no account)",
-    )
-    p.add_argument("--swanlab-project", default=field_default("swanlab_project"))
-    p.add_argument(
-        "--swanlab-experiment-name", default=field_default("swanlab_experiment_name")
-    )
-    p.add_argument(
-        "--swanlab-mode",
-        choices=SWANLAB_MODES,
-        default=field_default("swanlab_mode"),
-        help="offline (default, no account) writes runs/<name>/swanlog",
-    )
-    p.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default=argparse.SUPPRESS if suppress else SETTINGS.backend,
-    )
-    p.add_argument("--run-dir", default=none, help="default: runs/<weights-name>")
-    p.add_argument("--save-every", type=int, default=field_default("save_every"))
-    p.add_argument("--eval-limit", type=int, default=field_default("eval_limit"))
-    p.add_argument("--dataset", choices=DATASETS, default=field_default("dataset"))
-    p.add_argument("--difficulty", type=int, default=field_default("difficulty"))
-    objective = p.add_argument_group(
-        "the objective's knobs (notebook 08; the defaults are the demo scripts')"
-    )
-    objective.add_argument(
-        "--loss-fn", choices=LOSS_FNS, default=field_default("loss_fn")
-    )
-    objective.add_argument(
-        "--updates-per-batch",
-        type=int,
-        default=field_default("updates_per_batch"),
-        help="mu: optimiser steps on each batch of samples (use with --loss-fn ppo)",
-    )
-    objective.add_argument("--clip-low", type=float, default=field_default("clip_low"))
-    objective.add_argument(
-        "--clip-high", type=float, default=field_default("clip_high")
-    )
-    objective.add_argument(
-        "--kl-coef",
-        type=float,
-        default=field_default("kl_coef"),
-        help="beta: KL penalty to the base model (0: none)",
-    )
-    objective.add_argument(
-        "--measure-kl",
-        action="store_true",
-        default=field_default("measure_kl"),
-        help="log the KL to the base model even when --kl-coef is 0",
-    )
-    objective.add_argument(
-        "--normalization",
-        choices=NORMALIZATIONS,
-        default=field_default("normalization"),
-        help="length normalisation of the advantages",
-    )
-    objective.add_argument(
-        "--mask-truncated",
-        action="store_true",
-        default=field_default("mask_truncated"),
-        help="leave completions cut off at --max-tokens out of the loss (DAPO)",
-    )
-    objective.add_argument(
-        "--grad-clip-norm",
-        type=float,
-        default=field_default("grad_clip_norm"),
-        help="clip the gradient's global norm to this before Adam (0: off)",
-    )
-
-
-def config_from_args(args: argparse.Namespace) -> GRPOConfig:
-    """The GRPOConfig that a ``train`` command line describes."""
-    names = {f.name for f in fields(GRPOConfig)}
-    return GRPOConfig(**{k: v for k, v in vars(args).items() if k in names})
+    add_arguments(p, suppress=suppress)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from grpo_helpers.training import train_async, train_sync
 
     started = time.time()
-    config = config_from_args(args)
+    run = from_arguments(args)
     kwargs = {"resume": args.resume, "overwrite": args.overwrite}
     if args.mode == "sync":
-        result = train_sync(config, **kwargs)
+        result = train_sync(run, **kwargs)
     else:
-        result = asyncio.run(train_async(config, **kwargs))
+        result = asyncio.run(train_async(run, **kwargs))
     print(f"Run directory: {result.run_dir}")
     print(f"Saved weights path: {result.weights_path}")
     print("#" * 50)
@@ -318,7 +198,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     values = {}
     if args.from_config:
         values = json.loads(Path(args.from_config).read_text())
-    names = {f.name for f in fields(GRPOConfig)}
+    names = {f.name for f in knobs()}
     values |= {k: v for k, v in vars(args).items() if k in names}
     config = GRPOConfig.from_dict(values)
     out = Path(args.out or Path("exports") / f"{config.weights_name}-trl")
@@ -342,11 +222,11 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--limit", type=int, default=100, help="first N questions")
     p.add_argument("--checkpoint-path", default=None, help="weights path to compare")
-    p.add_argument("--base-model", default=None, help="default: the engine's default")
-    p.add_argument("--backend", choices=BACKENDS, default=SETTINGS.backend)
-    p.add_argument("--dataset", choices=DATASETS, default="gsm8k")
-    p.add_argument("--difficulty", type=int, default=1, help="arithmetic only")
-    p.add_argument("--seed", type=int, default=42, help="arithmetic problem seed")
+    add_arguments(
+        p,
+        only=("base_model", "backend", "dataset", "difficulty", "seed"),
+        defaults={"dataset": "gsm8k"},
+    )
     p.add_argument(
         "--split",
         choices=RUN_SPLITS,

@@ -146,7 +146,7 @@ def test_ratio_metrics_count_the_tokens_the_clip_stops():
     [
         ("loss_fn", "dro", "unknown loss_fn 'dro'"),
         ("updates_per_batch", 0, "updates_per_batch must be >= 1"),
-        ("clip_low", 1.5, "clip bounds"),
+        ("clip_low", 1.5, r"clip_low must be in \(0, 1\]"),
         ("kl_coef", -0.1, "kl_coef must be >= 0"),
         ("normalization", "mean", "unknown normalization 'mean'"),
     ],

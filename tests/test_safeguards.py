@@ -18,7 +18,7 @@ import pytest
 from spies import EngineSpy
 
 from grpo_helpers import cli, run_files, step_math, training
-from grpo_helpers.config import GRPOConfig
+from grpo_helpers.config import GRPOConfig, from_arguments
 from grpo_helpers.datum import RolloutSample
 from grpo_helpers.engines import connect
 from grpo_helpers.trl import mapping
@@ -210,9 +210,9 @@ def test_bad_values_are_refused_by_name(field, value):
 def test_the_command_line_sets_both():
     parser = cli.build_parser()
     args = parser.parse_args(["train", "--mask-truncated", "--grad-clip-norm", "1.5"])
-    config = cli.config_from_args(args)
+    config = from_arguments(args)
     assert config.mask_truncated is True and config.grad_clip_norm == 1.5
-    default = cli.config_from_args(parser.parse_args(["train"]))
+    default = from_arguments(parser.parse_args(["train"]))
     assert default.mask_truncated is False and default.grad_clip_norm == 0.0
 
 

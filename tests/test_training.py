@@ -439,12 +439,13 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys
     from grpo_helpers import cli, run_files, training
+    from grpo_helpers.config import from_arguments
 
     flags, mode, reference, killed = sys.argv[1:-3], *sys.argv[-3:]
 
     def config(run_dir):
         parser = cli.build_parser()
-        return cli.config_from_args(
+        return from_arguments(
             parser.parse_args(["train", *flags, "--run-dir", run_dir])
         )
 
