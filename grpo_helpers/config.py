@@ -609,8 +609,9 @@ def add_arguments(
         }
         if kind == "bool":
             options["action"] = argparse.BooleanOptionalAction
-        elif spec.choices:
-            options["choices"] = spec.choices
+        elif spec.choices:  # earlier names (``also``) are accepted, not offered
+            options["choices"] = spec.choices + spec.also
+            options["metavar"] = "{" + ",".join(map(str, spec.choices)) + "}"
             options["type"] = {"int": int, "float": float}.get(kind, str)
         elif kind in ("int", "float"):
             options["type"] = int if kind == "int" else float

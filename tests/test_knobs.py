@@ -101,7 +101,9 @@ def test_the_command_line_has_one_flag_per_field_and_nothing_else_per_knob():
         action = next(a for a in train._actions if a.dest == f.name)
         assert action.help == knob_of(f).help and knob_of(f).help, f.name
         if knob_of(f).choices:
-            assert tuple(action.choices) == knob_of(f).choices, f.name
+            spec = knob_of(f)
+            assert tuple(action.choices) == spec.choices + spec.also, f.name
+            assert action.metavar == "{" + ",".join(map(str, spec.choices)) + "}"
 
 
 def test_every_knob_has_help_a_trl_rule_and_a_default_that_validates():

@@ -11,7 +11,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import nbformat
 import pytest
-from benches import load_bench
+from benches import run_bench
 
 from grpo_helpers import data, plotting, presets, provenance, rewards
 from grpo_helpers.results import ablation, evaluation, recorded_runs
@@ -35,7 +35,6 @@ def test_the_shipped_run_loads_and_reproduces_its_numbers():
 
 def test_the_shipped_run_is_notebook_05s_defaults():
     """The recorded run plotted beside a learner's run used the same settings."""
-    bench = load_bench("cpu_grpo_demo")
     nb = nbformat.read(ROOT / "notebooks" / "05_sync_training_loop.ipynb", 4)
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     values = {}
@@ -46,7 +45,7 @@ def test_the_shipped_run_is_notebook_05s_defaults():
             value = value.args[0]
         if isinstance(value, ast.Constant):  # base_model names settings.SMOLLM2
             values[name] = value.value
-    preset = bench.PRESETS["notebook"]
+    preset = presets.NOTEBOOK  # what bench/cpu_grpo_demo.py --preset notebook runs
     for key in (
         "steps",
         "batch_size",
@@ -93,7 +92,7 @@ def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():
     assert "shaped-reward" in shaped.meta["command"]
     command = shaped.meta["command"].split()
     assert command[:2] == ["python", "bench/cpu_grpo_demo.py"]
-    settings = load_bench("cpu_grpo_demo").parse_args(command[2:]).settings
+    settings = {**presets.NOTEBOOK, **presets.NOTEBOOK_EVAL, "reward": "shaped"}
     for key, value in settings.items():
         if key in theirs:
             assert theirs[key] == value, key
@@ -175,26 +174,20 @@ def test_the_training_notebooks_plot_the_recorded_run(stem):
 
 def test_the_bench_writes_a_recorded_run(tmp_path):
     """The smoke mode of the bench writes the schema the notebooks read."""
-    bench = load_bench("cpu_grpo_demo")
     target = tmp_path / "recorded"
-    bench.main(
-        [
-            "--quick",
-            "--out",
-            str(tmp_path / "results"),
-            "--runs",
-            str(tmp_path / "runs"),
-            "--record",
-            str(target),
-        ]
+    run_bench(
+        "cpu_grpo_demo",
+        *["--quick", "--out", str(tmp_path / "results")],
+        *["--runs", str(tmp_path / "runs"), "--record", str(target)],
     )
     run = recorded_runs.load_run(target)
     assert recorded_runs.check_run(run) == []
     assert run.meta["command"].startswith("python bench/cpu_grpo_demo.py --quick")
-    assert len(run.base) == bench.PRESETS["quick"]["eval_n"]
+    assert len(run.base) == presets.FAST_EVAL["eval_questions"]
     # the run was scored after its first step too, then resumed to the end
     assert run.meta["early_step"] == 1 and len(run.early) == len(run.base)
-    assert list(run.metrics["step"]) == list(range(bench.PRESETS["quick"]["steps"]))
+    steps = presets.FAST_NOTEBOOK["steps"]
+    assert list(run.metrics["step"]) == list(range(steps))
     # the prompt-only baselines: the same questions as the base row, graded alike
     for prompt in ("zero-shot", "arithmetic example"):
         records = run.evals[prompt]
@@ -206,7 +199,7 @@ def test_the_bench_writes_a_recorded_run(tmp_path):
         ]
         assert list(records["exact"]) == regraded
     # and both models on GSM8K's own test questions
-    gsm8k = data.load_gsm8k("test", limit=bench.PRESETS["quick"]["gsm8k_n"])
+    gsm8k = data.load_gsm8k("test", limit=presets.FAST_EVAL["gsm8k_questions"])
     for model in ("base", "trained"):
         assert list(run.evals[f"gsm8k {model}"]["question"]) == gsm8k["question"]
     # every seed's run is kept beside its JSON, as the --record copy

@@ -16,13 +16,13 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from benches import load_bench
 
 from grpo_helpers import run_files, settings, training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 from grpo_helpers.local import checkpoints
+from grpo_helpers.results import recorded_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -891,12 +891,10 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
 
 
 def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path):
-    from grpo_helpers import config
-
     monkeypatch.delenv("GRPO_RUNS_ROOT", raising=False)
-    assert config._read_settings().runs_dir == settings.SETTINGS.project_root / "runs"
+    assert settings._read_settings().runs_dir == settings.SETTINGS.project_root / "runs"
     monkeypatch.setenv("GRPO_RUNS_ROOT", str(tmp_path / "elsewhere"))
-    assert config._read_settings().runs_dir == tmp_path / "elsewhere"
+    assert settings._read_settings().runs_dir == tmp_path / "elsewhere"
 
 
 def test_this_session_writes_no_run_into_the_project(session_runs_dir):
@@ -985,8 +983,7 @@ def test_binary_same_seeds_readme_quotes_the_records():
     assert (
         f"{run_files.bare_boxes(every):.0%} of its completions in the last ten" in text
     )
-    bench = load_bench("paired_runs")
-    pooled = bench.compare(
+    pooled = recorded_runs.paired_flips(
         [WORKED_FINAL / f"notebook-seed{s}" for s in seeds],
         [BINARY_SAME / f"notebook-seed{s}" for s in seeds],
     )
