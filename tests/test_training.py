@@ -685,7 +685,7 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
             "frac_degenerate": [1.0] * 20 + [0.5] * 10,
         }
     )
-    text = run_files.stall(waiting)
+    text = run_files.stall_warning(waiting)
     assert text.startswith("This run may not have taken off: 7 of its 30 steps made ")
     assert "an update, 4 of its last 10, and 83% of its groups were degenerate" in text
     assert "last 10 steps 3% of the completions" in text
@@ -693,23 +693,25 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
     samples = pd.DataFrame(
         {"step": [29] * 4, "text": ["\\boxed{3}"] * 3 + ["2 + 1 = 3. \\boxed{3}"]}
     )
-    with_samples = run_files.stall(waiting, samples)
+    with_samples = run_files.stall_warning(waiting, samples)
     assert "and 75% were a bare box such as `\\boxed{1}`" in with_samples
     # half the steps updated, or more than half of the last ten: not a stall
-    assert run_files.stall(waiting.assign(updated=[False, True] * 15)) is None
+    assert run_files.stall_warning(waiting.assign(updated=[False, True] * 15)) is None
     late = waiting.assign(updated=[False] * 24 + [True] * 6)
-    assert run_files.stall(late) is None  # a run taking off late
-    assert run_files.stall(waiting.assign(updated=[False] * 25 + [True] * 5))
+    assert run_files.stall_warning(late) is None  # a run taking off late
+    assert run_files.stall_warning(waiting.assign(updated=[False] * 25 + [True] * 5))
     # too short, or recorded before the columns existed: nothing to say
-    assert run_files.stall(waiting.head(9)) is None
-    assert run_files.stall(waiting.drop(columns="updated")) is None
+    assert run_files.stall_warning(waiting.head(9)) is None
+    assert run_files.stall_warning(waiting.drop(columns="updated")) is None
     # updates stored as 0/1 count the same; a missing value is no update
-    assert run_files.stall(waiting.assign(updated=waiting["updated"].astype(int)))
+    assert run_files.stall_warning(
+        waiting.assign(updated=waiting["updated"].astype(int))
+    )
     gaps = waiting.assign(updated=[float("nan")] * 16 + [1.0, 0.0] * 7)
-    assert "7 of its 30 steps" in run_files.stall(gaps)
+    assert "7 of its 30 steps" in run_files.stall_warning(gaps)
     # two runs in one frame are refused, not read as one
     with pytest.raises(ValueError, match="repeat a step"):
-        run_files.stall(pd.concat([waiting, waiting]))
+        run_files.stall_warning(pd.concat([waiting, waiting]))
 
 
 #: Final-split runs of notebook 05's defaults, each with its per-step metrics.
@@ -755,9 +757,10 @@ def bare_count(samples) -> int:
 
 
 def test_stall_quotes_what_the_recorded_stalls_did():
-    """The bare-box shares and the resumed runs' held-out accuracy that ``stall``'s
-    paragraph and the README quote are the records': seeds 2 and 9 (which stalled)
-    against every final seed that learned, what their rewards paid for, the two runs
+    """The bare-box shares and the resumed runs' held-out accuracy that
+    ``stall_warning``'s paragraph and the README quote are the records': seeds 2 and 9
+    (which stalled) against every final seed that learned, what their rewards paid for,
+    the two runs
     resumed from 30 to 40 steps, and the two started again with groups of 16."""
     import pandas as pd
 
@@ -778,7 +781,9 @@ def test_stall_quotes_what_the_recorded_stalls_did():
     assert len(learned) >= 9
     assert f"{max(learned):.1%}" == run_files.LEARNED_BARE
     assert max(learned) < min(stalled)
-    text = run_files.stall(run_files.load_metrics(FINAL_RUNS / "notebook-seed9"))
+    text = run_files.stall_warning(
+        run_files.load_metrics(FINAL_RUNS / "notebook-seed9")
+    )
     assert f"{run_files.STALLED_BARE} of the recorded completions" in text
     resumed = []
     for seed in (2, 9):
@@ -840,16 +845,16 @@ def test_stall_quotes_what_the_recorded_stalls_did():
     metrics = pd.DataFrame(
         run_files.read_jsonl(WORKED_FINAL / "notebook-seed15/metrics.jsonl")
     )
-    assert 'reward = "shown_work"' in run_files.stall(metrics, reward="binary")
+    assert 'reward = "shown_work"' in run_files.stall_warning(metrics, reward="binary")
     for reward in ("shown_work", "worked", "worked_v2"):
-        assert "reward = " not in run_files.stall(metrics, reward=reward)
+        assert "reward = " not in run_files.stall_warning(metrics, reward=reward)
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
     """Every recorded run of notebook 05's settings (the binary final seeds and the
     worked_v2 seeds) and of both ablations (the first, on binary, kept in
-    bench/results/ablation-binary/; the current one): ``stall`` speaks for every run
-    whose held-out exact accuracy gained under 5 points (binary seed 2 of the
+    bench/results/ablation-binary/; the current one): ``stall_warning`` speaks for every
+    run whose held-out exact accuracy gained under 5 points (binary seed 2 of the
     baseline, of sequence-mean and of Dr. GRPO's constant; binary final seed 9), and
     for one run that learned, binary final seed 10, set after the rule was: its
     false alarm, which its docstring and paragraph quote."""
@@ -867,7 +872,7 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
             name = f"{prefix}{result['variant']} seed {result['seed']}"
             held_out = result["held_out"]
             gains[name] = held_out[-1]["exact"] - held_out[0]["exact"]
-            if run_files.stall(pd.DataFrame(result["metrics"])) is not None:
+            if run_files.stall_warning(pd.DataFrame(result["metrics"])) is not None:
                 flagged.add(name)
     for prefix, folder, count in (
         ("final", FINAL_RUNS, 10),
@@ -881,7 +886,7 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
             exact = result["summary"]["exact"]
             gains[name] = exact["after"] - exact["before"]
             metrics = run_files.load_metrics(folder / f"notebook-seed{result['seed']}")
-            if run_files.stall(metrics) is not None:
+            if run_files.stall_warning(metrics) is not None:
                 flagged.add(name)
     stalled = {name for name, gain in gains.items() if gain < 0.05}
     assert {"binary baseline seed 2", "final seed 9"} <= stalled
@@ -919,7 +924,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
     """bench/results/worked-final/README.md: the one seed that did not clear the
     bar made 4 updates, 12 of its 480 completions were right and boxed, 8 paid;
     three of the unpaid four used bracketed units; no bare boxes at the end; and
-    run_files.stall speaks for seeds 14 and 15 only."""
+    run_files.stall_warning speaks for seeds 14 and 15 only."""
     text = " ".join((WORKED_FINAL / "README.md").read_text().split())
     flagged, bracketed = set(), {}
     for seed in (12, 13, 14, 15, 16, 17):
@@ -931,7 +936,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
         right = every[every["exact"] == 1.0]
         unpaid = right[right["reward"] == 0.0]
         bracketed[seed] = sum(bool(BRACKETED.search(t)) for t in unpaid["text"])
-        if run_files.stall(metrics, every) is not None:
+        if run_files.stall_warning(metrics, every) is not None:
             flagged.add(seed)
         if seed == 15:
             assert (len(right), int((right["reward"] > 0).sum()), len(unpaid)) == (
@@ -953,7 +958,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
     assert all(1 <= bracketed[s] <= 3 for s in (12, 13, 16, 17)), bracketed
     assert "one to three right, boxed answers written with bracketed units" in text
     assert flagged == {14, 15}
-    assert "`run_files.stall` speaks for seeds 14 and 15" in text
+    assert "`run_files.stall_warning` speaks for seeds 14 and 15" in text
 
 
 #: Notebook 05's defaults (binary) on the seeds of the worked-final runs.
