@@ -326,10 +326,8 @@ def _series_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_series(args: argparse.Namespace) -> int:
     import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
 
-    from grpo_helpers.classroom import course
+    from grpo_helpers.classroom import course, notebooks
 
     src = Path(args.notebooks)
     out = Path(args.out)
@@ -347,17 +345,11 @@ def cmd_series(args: argparse.Namespace) -> int:
     for book in books:
         print(f"Running {book.name} ...", flush=True)
         nb = nbformat.read(book, as_version=4)
-        client = NotebookClient(
-            nb, timeout=args.timeout, resources={"metadata": {"path": str(src)}}
-        )
-        started = time.perf_counter()
-        status = "ok"
-        try:
-            client.execute()
-        except CellExecutionError as error:
-            status = "FAILED"
-            print(str(error)[-2000:], file=sys.stderr)
-        seconds = time.perf_counter() - started
+        run = notebooks.execute(nb, cwd=src, timeout=args.timeout)
+        status = "ok" if run.ok else "FAILED"
+        if not run.ok:
+            print(run.error[-2000:], file=sys.stderr)
+        seconds = run.seconds
         target = out / book.name
         # how this copy was made: the course site labels fast-mode pages
         nb.metadata["grpo"] = {

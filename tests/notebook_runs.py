@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -208,7 +207,8 @@ def execute(stem: str, out_dir: Path) -> Execution:
     """Execute one notebook as the module docstring says; write its executed copy
     and record under ``out_dir``."""
     import nbformat
-    from nbclient import NotebookClient
+
+    from grpo_helpers.classroom import notebooks
 
     runs_dir = out_dir / "runs" / stem
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -218,8 +218,6 @@ def execute(stem: str, out_dir: Path) -> Execution:
     nb = with_solution_checks(nb, stem)
     ipython, wants = _wants_recorder(out_dir, stem)
     env = {
-        **os.environ,
-        "GRPO_FAST": "1",
         "GRPO_RUNS_ROOT": str(runs_dir),
         "IPYTHONDIR": str(ipython),
         "GRPO_TEST_WANTS": str(wants),
@@ -228,20 +226,10 @@ def execute(stem: str, out_dir: Path) -> Execution:
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
     }
-    env.pop("GRPO_STRICT_CHECKS", None)  # the stubs must print "not yet", not raise
-    client = NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
-    )
-    started = time.perf_counter()
-    error = ""
-    try:
-        client.execute(env=env)
-    except Exception as exc:  # noqa: BLE001 - recorded, and the test shows it
-        error = f"{type(exc).__name__}: {exc}"[-6000:]
-    seconds = time.perf_counter() - started
+    # the stubs must print "not yet", not raise
+    env["GRPO_STRICT_CHECKS"] = ""
+    run = notebooks.execute(nb, cwd=NOTEBOOKS, timeout=CELL_TIMEOUT, fast=True, env=env)
+    error, seconds = run.error, run.seconds
     added_checks = [
         c for c in nb.cells if ADDED_TAG in _tags(c) and "self-check" in _tags(c)
     ]

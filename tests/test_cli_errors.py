@@ -11,27 +11,16 @@ import shutil
 from pathlib import Path
 
 import pytest
+from tiny import tiny_flags
 
 from grpo_helpers.cli import main as cli_main
 
+#: One step of one prompt x 2 completions, checkpointed every step.
 TRAIN = [
     "train",
-    "--base-model",
-    "tiny-random",
-    "--backend",
-    "local",
-    "--dataset",
-    "arithmetic",
-    "--steps",
-    "1",
-    "--batch-size",
-    "1",
-    "--group-size",
-    "2",
-    "--max-tokens",
-    "4",
-    "--lora-rank",
-    "4",
+    *tiny_flags(
+        steps=1, batch_size=1, group_size=2, max_tokens=4, reward="binary", save_every=1
+    ),
 ]
 EVAL = ["eval", "--base-model", "tiny-random", "--backend", "local"]
 EVAL += ["--dataset", "arithmetic", "--max-tokens", "4"]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 from needs_trl import import_trl
+from tiny import tiny
 
 from grpo_helpers import presets
 from grpo_helpers.cli import main
@@ -40,21 +41,8 @@ NOTEBOOK_05 = dict(
 )
 
 #: A run small enough for tiny-random on the CPU in seconds.
-TINY = dict(
-    backend="local",
-    base_model="tiny-random",
-    dataset="arithmetic",
-    steps=2,
-    batch_size=2,
-    group_size=4,
-    max_tokens=8,
-    lora_rank=4,
-    learning_rate=1e-2,
-    reward="shaped",
-    temperature=1.0,
-    seed=0,
-    weights_name="tiny-trl",
-    save_every=0,
+TINY = tiny(
+    max_tokens=8, learning_rate=1e-2, temperature=1.0, seed=0, weights_name="tiny-trl"
 )
 
 TRL_FIELDS = {f.name for f in dataclasses.fields(trl.GRPOConfig)}

@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import pytrio as trio
 from spies import EngineSpy
+from tiny import tiny
 
 from grpo_helpers import advantages, run_files, step_math, training
 from grpo_helpers.config import GRPOConfig
@@ -186,18 +187,7 @@ def test_the_float_settings_are_the_objectives_and_the_samplers():
 
 # ------------------------------------------------------------------ on the engine
 
-TINY = dict(
-    base_model="tiny-random",
-    dataset="arithmetic",
-    backend="local",
-    steps=2,
-    batch_size=2,
-    group_size=4,
-    max_tokens=6,
-    lora_rank=4,
-    reward="shaped",
-    save_every=0,
-)
+TINY = tiny()
 MODES = ["sync", "async"]
 
 

@@ -16,6 +16,7 @@ import dataclasses
 
 import pytest
 from spies import EngineSpy
+from tiny import tiny
 
 from grpo_helpers import cli, run_files, step_math, training
 from grpo_helpers.config import GRPOConfig, from_arguments
@@ -23,18 +24,7 @@ from grpo_helpers.datum import RolloutSample
 from grpo_helpers.engines import connect
 from grpo_helpers.trl import mapping
 
-TINY = dict(
-    base_model="tiny-random",
-    dataset="arithmetic",
-    backend="local",
-    steps=1,
-    batch_size=2,
-    group_size=4,
-    max_tokens=6,
-    lora_rank=4,
-    reward="shaped",  # tiny-random's groups then earn different rewards
-    save_every=0,
-)
+TINY = tiny(steps=1)
 
 
 # ----------------------------------------------------------------------------------

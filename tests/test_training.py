@@ -16,6 +16,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
+from tiny import tiny
 
 from grpo_helpers import run_files, settings, training
 from grpo_helpers.cli import main as cli_main
@@ -40,17 +41,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     }
 
 
-TINY = dict(
-    base_model="tiny-random",
-    dataset="arithmetic",
-    steps=2,
-    batch_size=2,
-    group_size=2,
-    max_tokens=6,
-    lora_rank=4,
-    learning_rate=1e-3,
-    backend="local",
-)
+#: The tests' tiny run with 2 completions a group, the binary reward and a
+#: checkpoint every step.
+TINY = tiny(group_size=2, learning_rate=1e-3, reward="binary", save_every=1)
 
 METRIC_COLUMNS = {
     "step",
@@ -180,7 +173,7 @@ def test_all_degenerate_batch_makes_no_training_call(tmp_path, service):
     # A random model never writes \boxed{the right answer}: with the binary reward
     # every group is all zeros, so no step has datums.
     counting = CountingService(service)
-    config = GRPOConfig(**TINY, reward="binary", run_dir=str(tmp_path / "run"))
+    config = GRPOConfig(**TINY, run_dir=str(tmp_path / "run"))  # binary
     result = training.train_sync(config, counting, progress=False)
     assert (result.metrics["frac_degenerate"] == 1.0).all()
     assert (result.metrics["datums"] == 0).all()
@@ -561,19 +554,7 @@ KILL_AT = textwrap.dedent(
     """
 )
 #: The runs the kills are tried on: 4 steps whose optimizer state matters.
-KILLED = dict(
-    base_model="tiny-random",
-    dataset="arithmetic",
-    backend="local",
-    steps=4,
-    batch_size=2,
-    group_size=4,
-    max_tokens=6,
-    lora_rank=4,
-    learning_rate=1e-2,
-    reward="shaped",
-    seed=3,
-)
+KILLED = tiny(steps=4, learning_rate=1e-2, seed=3, save_every=1)
 
 
 @pytest.fixture(scope="module")
@@ -581,7 +562,7 @@ def uninterrupted(tmp_path_factory):
     """The run every killed one must give after its resume (save_every changes
     no result: it is one of the settings a resume may change)."""
     run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
-    config = GRPOConfig(**KILLED, save_every=1, run_dir=str(run_dir))
+    config = GRPOConfig(**KILLED, run_dir=str(run_dir))
     training.train(config, "sync", progress=False)
     return run_dir
 
@@ -610,7 +591,7 @@ def test_a_run_killed_anywhere_resumes_to_the_same_training(
     and 3, which by step parity shared one state name: the kill after step 3's
     state left checkpoint.json naming step 1 over step 3's weights.)"""
     killed = tmp_path / "killed"
-    config = GRPOConfig(**KILLED, save_every=save_every, run_dir=str(killed))
+    config = GRPOConfig(**(KILLED | {"save_every": save_every}), run_dir=str(killed))
     run = subprocess.run(
         [sys.executable, "-c", KILL_AT, json.dumps(config.to_dict()), where, str(at)],
         env=subprocess_env(),
@@ -958,7 +939,8 @@ def test_worked_final_readme_quotes_what_seed_15_did():
     assert all(1 <= bracketed[s] <= 3 for s in (12, 13, 16, 17)), bracketed
     assert "one to three right, boxed answers written with bracketed units" in text
     assert flagged == {14, 15}
-    assert "`run_files.stall_warning` speaks for seeds 14 and 15" in text
+    # the record, dated, names the function as it was then called
+    assert "`run_files.stall` speaks for seeds 14 and 15" in text
 
 
 #: Notebook 05's defaults (binary) on the seeds of the worked-final runs.

@@ -27,7 +27,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -78,20 +77,13 @@ def executed_mode(path: Path) -> str | None:
 def execute_fast(source: Path, target: Path, timeout: int = 900) -> None:
     """Execute a notebook in fast mode (its kernel sees ``GRPO_FAST=1``)."""
     import nbformat
-    from nbclient import NotebookClient
+
+    from grpo_helpers.classroom import notebooks
 
     nb = nbformat.read(source, as_version=4)
-    previous = os.environ.get("GRPO_FAST")
-    os.environ["GRPO_FAST"] = "1"
-    try:
-        NotebookClient(
-            nb, timeout=timeout, resources={"metadata": {"path": str(NOTEBOOKS)}}
-        ).execute()
-    finally:
-        if previous is None:
-            os.environ.pop("GRPO_FAST", None)
-        else:
-            os.environ["GRPO_FAST"] = previous
+    run = notebooks.execute(nb, cwd=NOTEBOOKS, timeout=timeout, fast=True)
+    if not run.ok:
+        raise RuntimeError(f"{source.name} failed in fast mode: {run.error}")
     nb.metadata["grpo"] = {"fast": True}
     nbformat.write(nb, target)
 
