@@ -47,7 +47,7 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -206,11 +206,24 @@ def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
         "train_seconds": round(train_seconds, 1),
         "total_seconds": round(time.time() - started, 1),
     }
-    numbers = _numbers(args, seed, score.base, trained, more, early, times)
-    _write(args, name, config, result, score.base, trained, more, early, times)
+    scores = _Scores(score.base, trained, more, early)
+    numbers = _numbers(args, seed, scores, times)
+    _write(args, name, config, result, scores, times)
     path = ROOT / args.out / f"cpu_grpo_demo-{name}.json"
     path.write_text(json.dumps(numbers, indent=2))
     return numbers
+
+
+@dataclass(frozen=True)
+class _Scores:
+    """A seed's evaluations: the base model, the trained weights, the others
+    (prompt-only baselines, GSM8K) by name, and the weights after ``eval_at``
+    steps (None: not scored)."""
+
+    base: Any
+    trained: Any
+    more: dict[str, Any]
+    early: Any
 
 
 #: Keys of a preset that are not ``GRPOConfig`` fields.
@@ -275,16 +288,11 @@ def _train(
 
 
 def _numbers(
-    args: argparse.Namespace,
-    seed: int,
-    base: Any,
-    trained: Any,
-    more: dict[str, Any],
-    early: Any,
-    times: dict[str, float],
+    args: argparse.Namespace, seed: int, scores: _Scores, times: dict[str, float]
 ) -> dict[str, Any]:
     """One seed's numbers, as the JSON files and the README's tables hold them."""
     s = args.settings
+    base, trained, more, early = scores.base, scores.trained, scores.more, scores.early
     numbers = {
         "preset": args.preset,
         "seed": seed,
@@ -312,16 +320,14 @@ def _write(
     name: str,
     config: GRPOConfig,
     result: Any,
-    base: Any,
-    trained: Any,
-    more: dict[str, Any],
-    early: Any,
+    scores: _Scores,
     times: dict[str, float],
 ) -> None:
     """The seed's JSON, its figure, and its recorded run (every graded answer, so
     what it learned can be read again without training); ``--record`` also writes
     the first seed's where the notebooks read it."""
     s = args.settings
+    base, trained, more, early = scores.base, scores.trained, scores.more, scores.early
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")

@@ -56,6 +56,7 @@ from grpo_helpers.classroom.self_checks import (
     STUB_HINT,
     TimeLimitExceeded,
     _report,
+    run_check,
     time_limit,
 )
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
@@ -78,18 +79,6 @@ SHIFTS = (-0.45, -0.15, 0.12, 0.4)
 ADVANTAGES = (0.75, -0.5, 1.0, -0.25, 0.5, -1.0)
 #: Junk in the padded positions: only ``mask`` says that they are not trained.
 PAD_LOGPROB, PAD_OLD = -1.0, -2.0
-
-
-def _run(exercise: str, check: Callable[[], str], strict: bool | None) -> bool:
-    """Run ``check()`` (it returns a hint, "" when right) under the time limit."""
-    try:
-        with time_limit(SETTINGS.check_seconds):
-            hint = check()
-    except TimeLimitExceeded as error:
-        hint = str(error)
-    except Exception as error:  # the learner's bug: say so, keep the notebook going
-        hint = f"raised {type(error).__name__}: {error}"
-    return _report(exercise, not hint, hint, strict)
 
 
 # ----------------------------------------------------------------------------------
@@ -314,7 +303,7 @@ def loss_check(
             )
         return ""
 
-    return _run(exercise, check, strict)
+    return run_check(exercise, check, strict)
 
 
 # ----------------------------------------------------------------------------------
@@ -481,7 +470,7 @@ def grpo_step_check(
             return f"returned {', '.join(kinds)}: wait for each future's result"
         return ""
 
-    return _run(exercise, check, strict)
+    return run_check(exercise, check, strict)
 
 
 # ----------------------------------------------------------------------------------
@@ -612,7 +601,7 @@ def submitted_first_check(
             )
         return ""
 
-    return _run(exercise, check, strict)
+    return run_check(exercise, check, strict)
 
 
 class _CountingTrainer:

@@ -286,6 +286,20 @@ def _all_none(got: Any) -> bool:
     return got is None
 
 
+def run_check(exercise: str, check: Callable[[], str], strict: bool | None) -> bool:
+    """Run ``check()`` (it returns a hint, "" when right) under the time limit, and
+    report it as :func:`self_check` does: the checks that run the learner's code
+    beside the engine (``against_engine``, ``plain_step``) end here."""
+    try:
+        with time_limit(SETTINGS.check_seconds):
+            hint = check()
+    except TimeLimitExceeded as error:
+        hint = str(error)
+    except Exception as error:  # the learner's bug: say so, keep the notebook going
+        hint = f"raised {type(error).__name__}: {error}"
+    return _report(exercise, not hint, hint, strict)
+
+
 def _report(exercise: str, ok: bool, hint: str, strict: bool | None) -> bool:
     print(f"{exercise}: {'ok' if ok else 'not yet'}")
     if not ok:
@@ -683,6 +697,7 @@ __all__ = [
     "k3_estimate_check",
     "property_check",
     "questions_needed_check",
+    "run_check",
     "self_check",
     "step_summary_check",
     "summary_samples",
