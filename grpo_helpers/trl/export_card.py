@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.settings import SMOLLM2
 
 __all__ = ["model_card"]
 
@@ -100,7 +101,7 @@ def model_card(
     name = config.weights_name
     front = ["---", f"library_name: {'peft' if kind == 'peft' else 'transformers'}"]
     if base["kind"] in ("gguf", "hub"):
-        front.append("base_model: HuggingFaceTB/SmolLM2-135M-Instruct")
+        front.append(f"base_model: {SMOLLM2}")
         if base["kind"] == "hub":
             front[-1] = f"base_model: {base['name'][len('hub:') :]}"
     front += ["tags: [grpo, lora, grpo-notebooks]", "---", ""]
