@@ -1,7 +1,7 @@
 """Record notebook 08's ablation: every variant of the GRPO objective, three seeds.
 
-Each (variant, seed) is notebook 05's run (``grpo_helpers.ablation.BASELINE``: 30
-sync steps of SmolLM2 on the arithmetic problems) with one change, scored on 100
+Each (variant, seed) is notebook 05's run (``grpo_helpers.results.ablation.BASELINE``:
+30 sync steps of SmolLM2 on the arithmetic problems) with one change, scored on 100
 problems of the final test split before and after training, and written to
 ``data/reference_runs/ablation/<variant>-seed<k>.json``. The script is resumable: a
 (variant, seed) whose file exists is skipped, and an interrupted one continues from
@@ -21,30 +21,20 @@ whether the baseline learned on every seed, and each variant against the baselin
 
 from __future__ import annotations
 
-import argparse
-import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import common
 
-from grpo_helpers import ablation  # noqa: E402
-
-#: The smoke run: tiny-random, two steps of a few tokens, a few questions, and the
-#: shaped reward (random text is never right, so only it gives groups a spread).
-QUICK = {
-    "steps": 2,
-    "max_tokens": 8,
-    "reward": "shaped",
-    "eval_questions": 4,
-    "eval_max_tokens": 8,
-}
+from grpo_helpers import presets
+from grpo_helpers.results import ablation
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = common.parser(
+        __doc__, model=False, quick="tiny-random, 2 steps (fast mode's run)"
+    )
     p.add_argument("--variants", nargs="+", default=list(ablation.VARIANTS))
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     p.add_argument(
@@ -53,7 +43,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
         help="where the JSON files go (default data/reference_runs/ablation, or "
         "runs/ablation-quick with --quick); run directories go beside them",
     )
-    p.add_argument("--quick", action="store_true", help="tiny-random, 2 steps")
     args = p.parse_args(argv)
     unknown = [v for v in args.variants if v not in ablation.VARIANTS]
     if unknown:
@@ -68,18 +57,11 @@ def main(argv: list[str] | None = None) -> list[dict]:
     if args.quick:
         # A smoke run keeps its files apart: the full ablation never resumes from
         # a tiny-random checkpoint (it would refuse: the configs differ).
-        base = replace(
-            base,
-            base_model="tiny-random",
-            steps=QUICK["steps"],
-            max_tokens=QUICK["max_tokens"],
-            reward=QUICK["reward"],
-        )
+        base = replace(base, **presets.FAST_NOTEBOOK)
         if not args.out:
-            out = run_root = ROOT / "runs" / "ablation-quick"
+            out = run_root = common.ROOT / "runs" / "ablation-quick"
         scoring = {
-            "eval_questions": QUICK["eval_questions"],
-            "eval_max_tokens": QUICK["eval_max_tokens"],
+            key: presets.FAST_EVAL[key] for key in ("eval_questions", "eval_max_tokens")
         }
     started = time.time()
     base_cache: dict = {}  # the base model answers each seed's questions once
@@ -112,10 +94,10 @@ def main(argv: list[str] | None = None) -> list[dict]:
     print(f"{len(results)} runs recorded, {runs:.0f} min of runs in all")
     print(ablation.baseline_learning(results).round(3).to_string(index=False))
     for grade in ("exact", "lenient"):
-        print(f"each variant against the baseline, {grade}, pooled over seeds:")
-        table = ablation.paired_outcomes(results, grade)
+        print(f"each variant against the baseline, {grade}, across seeds:")
+        table = ablation.seed_level(results, grade)
         print(table.round(3).to_string(index=False))
-    return results
+    return common.write_json(args, results)
 
 
 if __name__ == "__main__":

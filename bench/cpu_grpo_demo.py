@@ -6,7 +6,8 @@ End to end, on the local engine, in one process per seed:
 2. train with GRPO on disjoint training problems;
 3. evaluate the trained weights on the same held-out problems;
 4. write the numbers (JSON), a plot (PNG) and, with ``--record``, a recorded run
-   (``grpo_helpers.reference``) that notebooks 05-07 plot beside a learner's run;
+   (``grpo_helpers.results.recorded_runs``) that notebooks 05-07 plot beside a
+   learner's run;
 5. print one line per seed, then a ``RESULT`` line: exact and lenient accuracy
    before -> after with McNemar's p, for every seed.
 
@@ -46,96 +47,67 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-import matplotlib  # noqa: E402
+import common
+import matplotlib
 
 matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
-from grpo_helpers import (  # noqa: E402
-    data,
-    evaluation,
-    facts,
-    plotting,
-    presets,
-    prompts,
-    reference,
-    report,
-    run_files,
-    training,
-)
-from grpo_helpers.config import GRPOConfig  # noqa: E402
-from grpo_helpers.engines import connect  # noqa: E402
+from grpo_helpers import data, plotting, presets, prompts, run_files, training  # noqa: E402
+from grpo_helpers.config import GRPOConfig, add_arguments  # noqa: E402
+from grpo_helpers.results import evaluation, facts, recorded_runs, report  # noqa: E402
 
-SMOLLM2 = presets.SMOLLM2
-
-#: Training settings per preset; ``notebook`` must equal notebook 05's parameters
-#: cell at full size (tests/test_reference_runs.py checks it).
+ROOT = common.ROOT
+#: Each preset is the package's run and scoring (``grpo_helpers.presets``), the loop
+#: it trains in, and what else it scores: the prompt-only baselines, and the weights
+#: after ``eval_at`` steps (None: only at the end).
 PRESETS: dict[str, dict[str, Any]] = {
     "notebook": {
+        **presets.NOTEBOOK,
+        **presets.NOTEBOOK_EVAL,
         "mode": "sync",
-        **{k: v for k, v in presets.NOTEBOOK.items() if k != "dataset"},
-        "eval_n": presets.NOTEBOOK_EVAL["eval_questions"],
-        "eval_max_tokens": presets.NOTEBOOK_EVAL["eval_max_tokens"],
-        "prompt_baselines": 1,
-        "gsm8k_n": presets.NOTEBOOK_EVAL["gsm8k_questions"],
-        "gsm8k_max_tokens": presets.NOTEBOOK_EVAL["gsm8k_max_tokens"],
+        "prompt_baselines": True,
         "eval_at": 8,
     },
     "demo": {
+        **presets.DEMO,
+        **presets.DEMO_EVAL,
         "mode": "async",
-        "steps": 44,
-        "batch_size": 2,
-        "group_size": 8,
-        "max_tokens": 32,
-        "lora_rank": 16,
-        "learning_rate": 4e-4,
-        "reward": "right_answer",
-        "temperature": 0.8,
-        "difficulty": 1,
-        "eval_n": 200,
-        "eval_max_tokens": 64,
-        "prompt_baselines": 0,
-        "gsm8k_n": 0,
-        "gsm8k_max_tokens": 0,
+        "prompt_baselines": False,
+        "eval_at": None,
     },
     "quick": {
+        **presets.notebook_run(fast=True),
+        **presets.FAST_EVAL,
         "mode": "sync",
-        "steps": 2,
-        "batch_size": 2,
-        "group_size": 4,
-        "max_tokens": 8,
-        "lora_rank": 4,
-        "learning_rate": 1e-2,
-        "reward": "shaped",
-        "temperature": 1.0,
-        "difficulty": 1,
-        "eval_n": 8,
-        "eval_max_tokens": 8,
-        "prompt_baselines": 1,
-        "gsm8k_n": 2,
-        "gsm8k_max_tokens": 8,
+        "prompt_baselines": True,
         "eval_at": 1,
     },
+}
+#: The scoring flags: ``--eval-questions`` and the like override the preset's.
+SCORING = {
+    "eval_questions": int,
+    "eval_max_tokens": int,
+    "gsm8k_questions": int,
+    "gsm8k_max_tokens": int,
+    "prompt_baselines": int,
+    "eval_at": int,
 }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = common.parser(__doc__, model=False, quick="tiny-random, a smoke run")
     p.add_argument("--preset", choices=sorted(PRESETS), default="notebook")
-    p.add_argument("--quick", action="store_true", help="tiny-random, a smoke run")
     p.add_argument("--seeds", type=int, nargs="+", default=[0])
-    p.add_argument("--base-model", default=None, help="default: SmolLM2")
-    for name in PRESETS["notebook"]:
-        if name not in ("mode", "eval_at"):
-            p.add_argument(f"--{name.replace('_', '-')}", default=None)
+    run_knobs = [k for k in PRESETS["notebook"] if k not in presets.EVAL_KEYS]
+    add_arguments(p, suppress=True, only=["base_model", *run_knobs])
+    for name, kind in SCORING.items():
+        p.add_argument(f"--{name.replace('_', '-')}", type=kind, default=None)
     p.add_argument("--mode", choices=("sync", "async"), default=None)
     p.add_argument(
         "--split",
@@ -150,12 +122,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--record", default=None, help="write the first seed's recorded run here"
     )
     p.add_argument(
-        "--eval-at",
-        type=int,
-        default=None,
-        help="also score the weights after this many steps (default: the preset's)",
-    )
-    p.add_argument(
         "--table",
         metavar="RESULTS.json",
         nargs="+",
@@ -166,174 +132,229 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     args = p.parse_args(argv)
     if args.table is not None:
-        given = sys.argv[1:] if argv is None else argv
-        if list(given) not in (
-            ["--table", *args.table],
-            *([[f"--table={args.table[0]}"]] if len(args.table) == 1 else []),
-        ):
-            p.error("--table takes no other option: it only re-prints saved runs")
-        args.results = []
-        for table in args.table:
-            try:
-                args.results += load_results(Path(table))
-            except (OSError, ValueError, TypeError) as error:
-                p.error(
-                    f"--table {table}: cannot read it as this bench's JSON "
-                    f"({error}); pass one it wrote, such as "
-                    "bench/results/cpu_grpo_demo-demo-seeds0-1-2.json"
-                )
+        args.results = _tables(p, args, sys.argv[1:] if argv is None else argv)
+        return args
     if args.quick:
         args.preset = "quick"
-        args.base_model = args.base_model or "tiny-random"
     settings = dict(PRESETS[args.preset])
-    for name, default in PRESETS["notebook"].items():
-        value = getattr(args, name)
-        if value is not None and name != "eval_at":
-            settings[name] = type(default)(value)
+    for name in [*settings, "base_model"]:
+        if getattr(args, name, None) is not None:
+            settings[name] = getattr(args, name)
+    args.base_model = settings.pop("base_model", None) or common.MODEL
     args.settings = settings
-    args.base_model = args.base_model or SMOLLM2
-    if args.eval_at is None:
-        args.eval_at = settings.get("eval_at")
     return args
 
 
+def _tables(
+    p: argparse.ArgumentParser, args: argparse.Namespace, given: list[str]
+) -> list[dict[str, Any]]:
+    """The saved runs ``--table`` names, read; ``--table`` takes no other option."""
+    alone = [["--table", *args.table]]
+    if len(args.table) == 1:
+        alone.append([f"--table={args.table[0]}"])
+    if list(given) not in alone:
+        p.error("--table takes no other option: it only re-prints saved runs")
+    results: list[dict[str, Any]] = []
+    for table in args.table:
+        try:
+            results += load_results(Path(table))
+        except (OSError, ValueError, TypeError) as error:
+            p.error(
+                f"--table {table}: cannot read it as this bench's JSON "
+                f"({error}); pass one it wrote, such as "
+                "bench/results/cpu_grpo_demo-demo-seeds0-1-2.json"
+            )
+    return results
+
+
 def run_seed(args: argparse.Namespace, seed: int) -> dict[str, Any]:
-    """Train and evaluate one seed; returns its numbers (and writes its files)."""
+    """Train and evaluate one seed; returns its numbers (and writes its files).
+
+    The steps: score the base model (and the prompt-only baselines), train (scoring
+    the weights after ``eval_at`` steps on the way), score the trained weights (and
+    both models on GSM8K), then write the numbers, a figure and the recorded run.
+    """
     s = args.settings
     name = f"{args.preset}-seed{seed}"
     run_dir = ROOT / args.runs / name
     config = GRPOConfig(
+        **{k: v for k, v in s.items() if k not in _NOT_RUN},
         base_model=args.base_model,
         backend="local",
-        dataset="arithmetic",
-        difficulty=s["difficulty"],
-        steps=s["steps"],
-        batch_size=s["batch_size"],
-        group_size=s["group_size"],
-        max_tokens=s["max_tokens"],
-        temperature=s["temperature"],
-        learning_rate=s["learning_rate"],
-        lora_rank=s["lora_rank"],
-        reward=s["reward"],
         seed=seed,
         weights_name=name,
         run_dir=str(run_dir),
         save_every=0,
     )
     started = time.time()
-    service = connect("local", run_dir=run_dir / "checkpoints")
-    held_out = data.load_split(config, args.split).select(range(s["eval_n"]))
-    eval_kwargs = dict(
-        temperature=0.0, max_tokens=s["eval_max_tokens"], concurrency=64, progress=False
-    )
-    base_sampler = service.create_sampling_client(base_model=config.model_name)
-    tokenizer = base_sampler.get_tokenizer()
-    base = evaluation.evaluate(
-        base_sampler, tokenizer, held_out, name="base", **eval_kwargs
-    )
-    # Prompt-only baselines: the base model on the same questions, graded the same
-    # way, with another worked example or none (notebook 07, section 8).
-    more: dict[str, Any] = {}
-    if s["prompt_baselines"]:
-        for prompt in ("zero-shot", "arithmetic example"):
-            more[prompt] = evaluation.evaluate(
-                base_sampler,
-                tokenizer,
-                held_out,
-                name=prompt,
-                fewshot=prompts.PROMPT_EXAMPLES[prompt],
-                **eval_kwargs,
-            )
+    service = common.connect(run_dir=run_dir / "checkpoints")
+    held_out = data.load_split(config, args.split).select(range(s["eval_questions"]))
+    score = _Scorer(service, config, held_out, s["eval_max_tokens"])
+    more = score.prompt_baselines() if s["prompt_baselines"] else {}
     t_train = time.time()
-    train = training.train_sync if s["mode"] == "sync" else training.train_async
-    early = None
-    if args.eval_at and 0 < args.eval_at < s["steps"]:
-        # A labelled experiment inside the run: stop after eval_at steps, score the
-        # weights, then resume to the end (the same run, checkpointed).
-        first = replace(config, steps=args.eval_at)
-        result = _run(train, first, service, overwrite=True)
-        early_sampler = service.create_sampling_client(
-            base_model=config.model_name, model_path=result.weights_path
-        )
-        early = evaluation.evaluate(
-            early_sampler, tokenizer, held_out, name="early", **eval_kwargs
-        )
-        result = _run(train, config, service, resume=True)
-    else:
-        result = _run(train, config, service, overwrite=True)
+    result, early = _train(args, config, service, score)
     train_seconds = time.time() - t_train
     if early is not None:  # the early evaluation's minutes are not training
         train_seconds -= early.summary["seconds"] or 0.0
     trained_sampler = service.create_sampling_client(
         base_model=config.model_name, model_path=result.weights_path
     )
-    trained = evaluation.evaluate(
-        trained_sampler, tokenizer, held_out, name="GRPO", **eval_kwargs
-    )
-    if s["gsm8k_n"]:  # GSM8K's own test questions, which the run never saw
-        gsm8k = data.load_gsm8k("test", limit=s["gsm8k_n"])
-        gsm8k_kwargs = {**eval_kwargs, "max_tokens": s["gsm8k_max_tokens"]}
-        for model, sampler in (("base", base_sampler), ("trained", trained_sampler)):
-            more[f"gsm8k {model}"] = evaluation.evaluate(
-                sampler, tokenizer, gsm8k, name=f"GSM8K {model}", **gsm8k_kwargs
+    trained = score(trained_sampler, "GRPO")
+    if s["gsm8k_questions"]:  # GSM8K's own test questions, which the run never saw
+        more |= score.gsm8k(trained_sampler, s)
+    times = {
+        "train_seconds": round(train_seconds, 1),
+        "total_seconds": round(time.time() - started, 1),
+    }
+    scores = _Scores(score.base, trained, more, early)
+    numbers = _numbers(args, seed, scores, times)
+    _write(args, name, config, result, scores, times)
+    path = ROOT / args.out / f"cpu_grpo_demo-{name}.json"
+    path.write_text(json.dumps(numbers, indent=2))
+    return numbers
+
+
+@dataclass(frozen=True)
+class _Scores:
+    """A seed's evaluations: the base model, the trained weights, the others
+    (prompt-only baselines, GSM8K) by name, and the weights after ``eval_at``
+    steps (None: not scored)."""
+
+    base: Any
+    trained: Any
+    more: dict[str, Any]
+    early: Any
+
+
+#: Keys of a preset that are not ``GRPOConfig`` fields.
+_NOT_RUN = {*presets.EVAL_KEYS, "mode", "prompt_baselines", "eval_at"}
+
+
+class _Scorer:
+    """Greedy evaluations on one run's held-out problems (the base model first)."""
+
+    def __init__(
+        self, service: Any, config: GRPOConfig, held_out: Any, max_tokens: int
+    ) -> None:
+        self.held_out = held_out
+        self.kwargs = dict(
+            temperature=0.0, max_tokens=max_tokens, concurrency=64, progress=False
+        )
+        self.sampler = service.create_sampling_client(base_model=config.model_name)
+        self.tokenizer = self.sampler.get_tokenizer()
+        self.base = self(self.sampler, "base")
+
+    def __call__(self, sampler: Any, name: str, **kwargs: Any) -> Any:
+        return evaluation.evaluate(
+            sampler, self.tokenizer, self.held_out, name=name, **self.kwargs, **kwargs
+        )
+
+    def prompt_baselines(self) -> dict[str, Any]:
+        """The base model on the same questions, graded the same way, with another
+        worked example or none (notebook 07, section 8)."""
+        return {
+            prompt: self(self.sampler, prompt, fewshot=prompts.PROMPT_EXAMPLES[prompt])
+            for prompt in ("zero-shot", "arithmetic example")
+        }
+
+    def gsm8k(self, trained_sampler: Any, s: dict[str, Any]) -> dict[str, Any]:
+        """Both models on GSM8K's first test questions."""
+        gsm8k = data.load_gsm8k("test", limit=s["gsm8k_questions"])
+        kwargs = {**self.kwargs, "max_tokens": s["gsm8k_max_tokens"]}
+        return {
+            f"gsm8k {model}": evaluation.evaluate(
+                sampler, self.tokenizer, gsm8k, name=f"GSM8K {model}", **kwargs
             )
-    total_seconds = time.time() - started
-    summary = reference.summarize_records(base.records, trained.records)
+            for model, sampler in (("base", self.sampler), ("trained", trained_sampler))
+        }
+
+
+def _train(
+    args: argparse.Namespace, config: GRPOConfig, service: Any, score: _Scorer
+) -> tuple[Any, Any]:
+    """Train the run; with ``eval_at``, stop after that many steps, score the
+    weights, then resume to the end (the same run, checkpointed)."""
+    s = args.settings
+    train = training.train_sync if s["mode"] == "sync" else training.train_async
+    eval_at = s["eval_at"]
+    if not (eval_at and 0 < eval_at < config.steps):
+        return _run(train, config, service, overwrite=True), None
+    first = _run(train, replace(config, steps=eval_at), service, overwrite=True)
+    early_sampler = service.create_sampling_client(
+        base_model=config.model_name, model_path=first.weights_path
+    )
+    early = score(early_sampler, "early")
+    return _run(train, config, service, resume=True), early
+
+
+def _numbers(
+    args: argparse.Namespace, seed: int, scores: _Scores, times: dict[str, float]
+) -> dict[str, Any]:
+    """One seed's numbers, as the JSON files and the README's tables hold them."""
+    s = args.settings
+    base, trained, more, early = scores.base, scores.trained, scores.more, scores.early
     numbers = {
         "preset": args.preset,
         "seed": seed,
         "split": args.split,
         "settings": {**s, "base_model": args.base_model},
-        "summary": summary,
+        "summary": recorded_runs.summarize_records(base.records, trained.records),
         "base": _eval_numbers(base.summary),
         "trained": _eval_numbers(trained.summary),
-        "train_seconds": round(train_seconds, 1),
-        "total_seconds": round(total_seconds, 1),
-        "seconds_per_step": round(train_seconds / max(s["steps"], 1), 1),
+        **times,
+        "seconds_per_step": round(times["train_seconds"] / max(s["steps"], 1), 1),
     }
     if more:
         numbers["more"] = more_numbers(base, trained, more)
     if early is not None:
         numbers["early"] = {
-            "step": args.eval_at,
+            "step": s["eval_at"],
             **_eval_numbers(early.summary),
-            "vs_base": reference.summarize_records(base.records, early.records),
+            "vs_base": recorded_runs.summarize_records(base.records, early.records),
         }
+    return numbers
+
+
+def _write(
+    args: argparse.Namespace,
+    name: str,
+    config: GRPOConfig,
+    result: Any,
+    scores: _Scores,
+    times: dict[str, float],
+) -> None:
+    """The seed's JSON, its figure, and its recorded run (every graded answer, so
+    what it learned can be read again without training); ``--record`` also writes
+    the first seed's where the notebooks read it."""
+    s = args.settings
+    base, trained, more, early = scores.base, scores.trained, scores.more, scores.early
     out = ROOT / args.out
     out.mkdir(parents=True, exist_ok=True)
-    (out / f"cpu_grpo_demo-{name}.json").write_text(json.dumps(numbers, indent=2))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4), layout="constrained")
     plotting.plot_training_curves(result.metrics, ax=axes[0])
     plotting.plot_accuracy_comparison(report.accuracy_rows([base, trained]), ax=axes[1])
-    axes[1].set_title(f"Held-out arithmetic problems (n={s['eval_n']}), greedy")
+    axes[1].set_title(f"Held-out arithmetic problems (n={s['eval_questions']}), greedy")
     fig.savefig(out / f"cpu_grpo_demo-{name}.png", dpi=100)
     plt.close(fig)
-    # Every seed's run is kept as a recorded run (metrics, samples, every graded
-    # answer), so what it learned can be read again without training; --record
-    # also writes the first seed where the notebooks read it.
     command = "python bench/cpu_grpo_demo.py " + " ".join(
         shlex.quote(a) for a in (args.argv or [])
     )
     targets = [out / name]
-    if args.record and seed == args.seeds[0]:
+    if args.record and config.seed == args.seeds[0]:
         targets.append(ROOT / args.record)
     for target in targets:
-        reference.write_run(
+        recorded_runs.write_run(
             target,
             command=command.strip(),
             settings={**config.to_dict(), **s, "split": args.split},
             metrics=result.metrics,
-            samples=run_files.load_samples(run_dir),
+            samples=run_files.load_samples(config.run_path),
             base=base.records,
             trained=trained.records,
-            early=None if early is None else (args.eval_at, early.records),
+            early=None if early is None else (s["eval_at"], early.records),
             evals={name: result.records for name, result in more.items()},
-            extra={
-                "train_seconds": round(train_seconds, 1),
-                "total_seconds": round(total_seconds, 1),
-            },
+            extra=times,
         )
-    return numbers
 
 
 def _run(train: Any, config: GRPOConfig, service: Any, **kwargs: Any) -> Any:
@@ -356,13 +377,13 @@ def more_numbers(
         if name.startswith("gsm8k"):
             out[name] = entry
             continue
-        entry["vs_base"] = reference.summarize_records(base.records, result.records)
-        entry["grpo_vs_this"] = reference.summarize_records(
+        entry["vs_base"] = recorded_runs.summarize_records(base.records, result.records)
+        entry["grpo_vs_this"] = recorded_runs.summarize_records(
             result.records, trained.records
         )
         out[name] = entry
     if "gsm8k base" in more and "gsm8k trained" in more:
-        out["gsm8k"] = reference.summarize_records(
+        out["gsm8k"] = recorded_runs.summarize_records(
             more["gsm8k base"].records, more["gsm8k trained"].records
         )
     return out
@@ -486,7 +507,7 @@ def main(argv: list[str] | None = None) -> list[dict[str, Any]]:
         print()
         print(more_table(results))
     print("RESULT " + "; ".join(parts))
-    return results
+    return common.write_json(args, results)
 
 
 if __name__ == "__main__":

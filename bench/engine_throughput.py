@@ -17,19 +17,15 @@ Run::
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import common
 
 
 def gsm8k_questions(n: int) -> list[str]:
-    path = ROOT / "data" / "gsm8k" / "test.jsonl"
+    path = common.ROOT / "data" / "gsm8k" / "test.jsonl"
     with path.open() as f:
         return [json.loads(next(f))["question"] for _ in range(n)]
 
@@ -50,8 +46,7 @@ def chat_prompt(tokenizer, question: str) -> list[int]:  # noqa: ANN001
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    parser = common.parser(__doc__)
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--group-size", type=int, default=8)
     parser.add_argument("--prompts", type=int, default=4)
@@ -62,10 +57,9 @@ def main() -> None:
     import pytrio as trio
     import torch
 
-    from grpo_helpers.engines import connect
     from grpo_helpers.local.models import load_model
 
-    svc = connect("local")
+    svc = common.connect()
     sampler = svc.create_sampling_client(args.model)
     tok = sampler.get_tokenizer()
     model, _ = load_model(args.model)  # a plain copy for model.generate

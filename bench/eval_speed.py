@@ -7,7 +7,7 @@ seconds of each and the ratios:
 
 * ``share_prefix`` off / on (``connect("local", shared_prefix=...)``): each batch
   prefills every prompt whole, or the shared few-shot prefix once and each
-  prompt's own tokens after it (``grpo_helpers.local.prefill.shared_prefix_len``);
+  prompt's own tokens after it (``grpo_helpers.local.prompt_cache.shared_prefix_len``);
 * ``concurrency``: requests in flight, hence completions decoded per batch.
 
 It also counts the completions that differ from the plain path's (greedy: float
@@ -21,27 +21,22 @@ Run::
 
 from __future__ import annotations
 
-import argparse
 import json
 import platform
-import sys
 import time
-from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import common
+import torch
 
-import torch  # noqa: E402
-
-from grpo_helpers import data, evaluation  # noqa: E402
-from grpo_helpers.config import SETTINGS, GRPOConfig  # noqa: E402
-from grpo_helpers.engines import connect  # noqa: E402
+from grpo_helpers import data
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.local import counters
+from grpo_helpers.results import evaluation
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
     """Run the four timings; print the table; return its rows."""
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p = common.parser(__doc__)
     p.add_argument("--n", type=int, default=100, help="held-out questions")
     p.add_argument(
         "--dataset",
@@ -51,7 +46,6 @@ def main(argv: list[str] | None = None) -> list[dict]:
     )
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--concurrency", type=int, nargs="+", default=[16, 64])
-    p.add_argument("--out", default=None, help="also write the numbers (JSON) here")
     args = p.parse_args(argv)
 
     config = GRPOConfig(base_model=args.model, backend="local", dataset=args.dataset)
@@ -63,9 +57,9 @@ def main(argv: list[str] | None = None) -> list[dict]:
         )
     questions = split.select(range(args.n))
     samplers = {  # two services on one host: the same model in memory
-        share: connect(
-            "local", run_dir=SETTINGS.runs_dir / "eval-speed", shared_prefix=share
-        ).create_sampling_client(base_model=args.model)
+        share: common.connect("eval-speed", shared_prefix=share).create_sampling_client(
+            base_model=args.model
+        )
         for share in (False, True)
     }
     tokenizer = samplers[True].get_tokenizer()
@@ -83,15 +77,16 @@ def main(argv: list[str] | None = None) -> list[dict]:
     for concurrency in args.concurrency:
         for share in (False, True):
             start = time.perf_counter()
-            result = evaluation.evaluate(
-                samplers[share],
-                tokenizer,
-                questions,
-                temperature=0.0,
-                max_tokens=args.max_tokens,
-                concurrency=concurrency,
-                progress=False,
-            )
+            with counters.counting() as ran:  # which prefill path really ran
+                result = evaluation.evaluate(
+                    samplers[share],
+                    tokenizer,
+                    questions,
+                    temperature=0.0,
+                    max_tokens=args.max_tokens,
+                    concurrency=concurrency,
+                    progress=False,
+                )
             seconds = time.perf_counter() - start
             elapsed.append(seconds)
             texts[share, concurrency] = list(result.records["completion"])
@@ -102,6 +97,8 @@ def main(argv: list[str] | None = None) -> list[dict]:
                     "seconds": round(seconds, 1),
                     "exact_acc": result.summary["exact_acc"],
                     "lenient_acc": result.summary["lenient_acc"],
+                    "shared_prefills": ran["sampling_shared_prefills"],
+                    "plain_prefills": ran["sampling_plain_prefills"],
                 }
             )
             print(json.dumps(rows[-1]), flush=True)
@@ -127,9 +124,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
             f"{row['seconds']:>7}  {row['speedup']:>7}x  {differ:>6}  "
             f"{row['exact_acc']:.2f}   {row['lenient_acc']:.2f}"
         )
-    if args.out:
-        Path(args.out).write_text(json.dumps(rows, indent=2))
-    return rows
+    return common.write_json(args, rows)
 
 
 if __name__ == "__main__":

@@ -43,16 +43,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import common
 
 #: Largest |sampler - trainer| logprob difference allowed, per dtype: (max, mean).
 TOLERANCE = {"float32": (2e-3, 2e-4), "bfloat16": (0.5, 0.05)}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p = common.parser(__doc__)
     p.add_argument("--device", default="cuda", help="cuda (default) or cuda:1...")
     p.add_argument(
         "--dtypes",
@@ -141,14 +139,12 @@ def check_dtype(report: Report, args: argparse.Namespace, dtype_name: str) -> No
     import torch
 
     from grpo_helpers import datum, rewards, rollout
-    from grpo_helpers.engines import connect
     from grpo_helpers.local.decoder import HFDecoder, MergedLlamaDecoder, choose_sampler
 
     dtype = getattr(torch, dtype_name)
     run_dir = Path(tempfile.mkdtemp(prefix="gpu-check-"))
-    service = connect("local", run_dir=run_dir, device=args.device, dtype=dtype)
-    plain_service = connect(
-        "local",
+    service = common.connect(run_dir=run_dir, device=args.device, dtype=dtype)
+    plain_service = common.connect(
         run_dir=run_dir,
         device=args.device,
         dtype=dtype,

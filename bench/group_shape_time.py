@@ -27,28 +27,24 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import common
 
 #: The two shapes: (prompts, completions per prompt).
 SHAPES = {"2 x 8": (2, 8), "1 x 16": (1, 16)}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p = common.parser(__doc__, quick="tiny-random, 8 tokens, 1 run")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--quick", action="store_true", help="tiny-random, 8 tokens, 1 run")
     args = p.parse_args(argv)
+    args.model = common.model_name(args)
     if args.quick:
-        args.model, args.max_tokens, args.repeats = "tiny-random", 8, 1
+        args.max_tokens, args.repeats = 8, 1
     return args
 
 
@@ -56,16 +52,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
     import pytrio as trio
 
-    from grpo_helpers import data, prompts, rollout
-    from grpo_helpers.config import SETTINGS, GRPOConfig
-    from grpo_helpers.engines import connect
+    from grpo_helpers import rollout
 
-    service = connect("local", run_dir=SETTINGS.runs_dir / "bench-group-shape")
-    tc = service.create_lora_training_client(args.model, rank=16, seed=0)
-    tok = tc.get_tokenizer()
-    config = GRPOConfig(backend="local", dataset="arithmetic", seed=0)
-    rows = data.load_split(config, "train").select(range(2))
-    prompt_tokens = [prompts.build_prompt(tok, r["question"]) for r in rows]
+    tc, tok, prompt_tokens = common.policy_and_prompts("group-shape", args.model)
     sampler = tc.save_weights_and_get_sampling_client()
 
     def sample(shape: str, seed: int) -> tuple[float, int, int]:
@@ -116,7 +105,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"RESULT step-sampling {result['ratio_step']:.2f}x "
         f"decoding-step {result['ratio_decoding_step']:.2f}x"
     )
-    return result
+    return common.write_json(args, result)
 
 
 if __name__ == "__main__":

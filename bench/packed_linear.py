@@ -32,21 +32,15 @@ The last line is for a script to read::
 
 from __future__ import annotations
 
-import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 
+import common
 import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p = common.parser(__doc__)
     p.add_argument("--rows", type=int, default=8, help="rows of a decoding step")
     p.add_argument("--repeats", type=int, default=15)
     args = p.parse_args(argv)

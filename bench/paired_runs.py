@@ -18,73 +18,34 @@ The last line is for a script to read (pooled, exact grade)::
 
 from __future__ import annotations
 
-import argparse
-import json
-import sys
 from pathlib import Path
+from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import common
 
-import pandas as pd  # noqa: E402
-
-from grpo_helpers import report, stats  # noqa: E402
+from grpo_helpers.results import recorded_runs
 
 
-def graded(run_dir: Path) -> pd.DataFrame:
-    """The trained model's graded answers of one run, in question order."""
-    path = Path(run_dir) / "eval_trained.jsonl"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: is {run_dir} a recorded run?")
-    return pd.DataFrame(
-        [json.loads(line) for line in path.read_text().splitlines() if line]
-    )
-
-
-def compare(a_dirs: list[Path], b_dirs: list[Path]) -> dict[str, dict[str, float]]:
-    """Question-by-question flips between paired runs, per grade, pooled.
-
-    The flips and McNemar's p of each pair are ``report.compare``'s, with B as its
-    "base" and A as its "trained" side (``wrong_to_right``: right only under A).
-    ``report.compare`` pairs answers by question index; the question texts are
-    checked here first, since two seeds' held-out questions share their indices.
-    """
-    if len(a_dirs) != len(b_dirs) or not a_dirs:
-        raise ValueError(
-            f"give as many --a runs as --b runs (got {len(a_dirs)} and {len(b_dirs)})"
-        )
-    pooled = {g: [0, 0] for g in ("exact", "lenient")}
-    for a_dir, b_dir in zip(a_dirs, b_dirs, strict=True):
-        a, b = graded(a_dir), graded(b_dir)
-        if a["question"].tolist() != b["question"].tolist():
-            raise ValueError(f"{a_dir} and {b_dir} did not score the same questions")
-        parts = []
-        for grade, counts in pooled.items():
-            pair = report.compare(b, a, grade, n_bootstrap=0)
-            counts[0] += pair.wrong_to_right
-            counts[1] += pair.right_to_wrong
-            parts.append(
-                f"{grade} {pair.trained_acc:.0%} vs {pair.base_acc:.0%} "
-                f"({pair.wrong_to_right} a-only, {pair.right_to_wrong} b-only, "
-                f"p = {pair.p_value:.2g})"
-            )
-        print(f"{Path(a_dir).name} | {Path(b_dir).name}: " + "; ".join(parts))
-    result = {}
-    for grade, (a_only, b_only) in pooled.items():
-        p = stats.mcnemar_exact_p(a_only, b_only)
-        result[grade] = {"a_only": a_only, "b_only": b_only, "p": p}
-        print(f"pooled {grade}: {a_only} a-only, {b_only} b-only, p = {p:.2g}")
-    e = result["exact"]
-    print(f"RESULT exact a-only {e['a_only']} b-only {e['b_only']} p {e['p']:.3g}")
-    return result
-
-
-def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    p = common.parser(__doc__, model=False)
     p.add_argument("--a", nargs="+", type=Path, required=True, help="run dirs")
     p.add_argument("--b", nargs="+", type=Path, required=True, help="run dirs")
     args = p.parse_args(argv)
-    return compare(args.a, args.b)
+    flips = recorded_runs.paired_flips(args.a, args.b)
+    for pair in flips["pairs"]:
+        parts = [
+            f"{grade} {c.trained_acc:.0%} vs {c.base_acc:.0%} ({c.wrong_to_right} "
+            f"a-only, {c.right_to_wrong} b-only, p = {c.p_value:.2g})"
+            for grade, c in ((g, pair[g]) for g in ("exact", "lenient"))
+        ]
+        print(f"{pair['a'].name} | {pair['b'].name}: " + "; ".join(parts))
+    pooled = {grade: flips[grade] for grade in ("exact", "lenient")}
+    for grade, f in pooled.items():
+        counts = f"{f['a_only']} a-only, {f['b_only']} b-only"
+        print(f"pooled {grade}: {counts}, p = {f['p']:.2g}")
+    e = pooled["exact"]
+    print(f"RESULT exact a-only {e['a_only']} b-only {e['b_only']} p {e['p']:.3g}")
+    return common.write_json(args, pooled)
 
 
 if __name__ == "__main__":

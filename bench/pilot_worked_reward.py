@@ -16,17 +16,13 @@ every reward these pilots recorded), so this script is ``bench/cpu_grpo_demo.py
 Score pilots on the validation split::
 
     python bench/pilot_worked_reward.py --preset notebook --split validation \\
-        --eval-at 0 --gsm8k-n 0 --prompt-baselines 0 --seeds 2 \\
+        --eval-at 0 --gsm8k-questions 0 --prompt-baselines 0 --seeds 2 \\
         --out bench/results/pilot-worked-reward --runs runs/pilot-worked-reward
 """
 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "bench"))
 
 
 def main(argv: list[str]) -> None:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import matplotlib.pyplot as plt
 
-from grpo_helpers import plotting, reference
+from grpo_helpers import plotting
+from grpo_helpers.results import recorded_runs
 
 OUT = (
     Path(__file__).resolve().parent.parent / "docs" / "images" / "notebook05-seeds.png"
@@ -24,8 +25,8 @@ def main(argv: list[str] | None = None) -> Path:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    recorded = reference.load_run()
-    band = reference.load_band()
+    recorded = recorded_runs.load_run()
+    band = recorded_runs.load_band()
     axes = plotting.plot_run_curves(
         {"recorded run (seed 0)": recorded.metrics},
         band=("recorded seeds", band),

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from grpo_helpers import plotting, reference, run_files
+from grpo_helpers import plotting, run_files
+from grpo_helpers.results import recorded_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "bench" / "results" / "worked-v2"
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> pd.DataFrame:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--source", type=Path, default=SOURCE)
     p.add_argument("--seeds", type=int, nargs="+", default=list(SEEDS))
-    p.add_argument("--out", type=Path, default=reference.SEED_BAND)
+    p.add_argument("--out", type=Path, default=recorded_runs.SEED_BAND)
     args = p.parse_args(argv)
     columns = ["step", *(column for column, *_ in plotting.RUN_PANELS)]
     frames = []

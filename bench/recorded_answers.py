@@ -20,47 +20,45 @@ Run (nothing else running; about five minutes on 2 CPU cores)::
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import common
+import torch
 
-import torch  # noqa: E402
-
-from grpo_helpers import data, evaluation, prompts, provenance, reference  # noqa: E402
-from grpo_helpers.config import GRPOConfig  # noqa: E402
-from grpo_helpers.engines import connect  # noqa: E402
+from grpo_helpers import data, prompts, provenance
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.results import evaluation, recorded_runs
 
 NAMES = ("base", "zero-shot", "arithmetic example", "gsm8k base")
 
 
-def questions_for(run: reference.RecordedRun, name: str) -> object:
+def questions_for(run: recorded_runs.RecordedRun, name: str) -> object:
     """The questions the recorded run asked for one evaluation (as notebook 07)."""
     s = run.meta["settings"]
-    if name == "gsm8k base":
-        return data.load_gsm8k("test", limit=s["gsm8k_n"])
+    if name == "gsm8k base":  # recorded before the presets' names: gsm8k_n
+        return data.load_gsm8k("test", limit=s.get("gsm8k_questions", s.get("gsm8k_n")))
     config = GRPOConfig(
         base_model=s["base_model"],
         dataset=s["dataset"],
         difficulty=s["difficulty"],
         seed=s["seed"],
     )
-    return data.load_split(config, s["split"]).select(range(s["eval_n"]))
+    n = s.get("eval_questions", s.get("eval_n"))  # eval_n: recorded before
+    return data.load_split(config, s["split"]).select(range(n))
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--run", default=reference.DEFAULT_RUN)
+    parser = common.parser(__doc__, model=False, json_out=False)
+    parser.add_argument("--run", default=recorded_runs.DEFAULT_RUN)
     parser.add_argument("--only", nargs="*", choices=NAMES, default=list(NAMES))
     parser.add_argument("--out", type=Path, help="also write the numbers as JSON")
     args = parser.parse_args()
 
-    run = reference.load_run(args.run)
-    service = connect("local")
+    run = recorded_runs.load_run(args.run)
+    service = common.connect()
     sampler = service.create_sampling_client(
         base_model=run.meta["settings"]["base_model"]
     )

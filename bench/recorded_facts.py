@@ -1,6 +1,6 @@
 """Print every number that the prose of the notebooks, the README and ``docs/``
 cites from the recorded runs, recomputed from their records
-(``grpo_helpers.facts``; ``tests/test_claims.py`` holds each cited sentence to
+(``grpo_helpers.results.facts``; ``tests/test_claims.py`` holds each cited sentence to
 them).
 
 Usage::
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 
-from grpo_helpers import facts
+from grpo_helpers.results import facts
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -3,8 +3,8 @@
 Trains the record's settings for ``--steps`` steps on this machine, with the
 record's torch thread count unless ``--threads`` says otherwise, and prints step by
 step the recorded and the rerun reward and gradient norm, then the first step at
-which they differ (``grpo_helpers.replay``). Same commit, same thread count, same
-CPU kernels: no difference is expected; ``docs/results.md`` says what differed
+which they differ (``grpo_helpers.results.replay``). Same commit, same thread count,
+same CPU kernels: no difference is expected; ``docs/results.md`` says what differed
 between the two runs of one configuration that parted.
 
 Run::
@@ -17,15 +17,15 @@ Run::
 
 from __future__ import annotations
 
-import argparse
 import ast
-import json
 import tempfile
 from pathlib import Path
 
+import common
 import pandas as pd
 
-from grpo_helpers import provenance, replay
+from grpo_helpers import provenance
+from grpo_helpers.results import replay
 
 
 def _value(text: str) -> object:
@@ -35,29 +35,8 @@ def _value(text: str) -> object:
         return text
 
 
-def _quick_record(folder: Path) -> dict:
-    """A 3-step run of the tiny model, recorded as the ablation bench records."""
-    from grpo_helpers import presets, training
-    from grpo_helpers.config import GRPOConfig
-
-    config = GRPOConfig(
-        backend="local",
-        **(presets.NOTEBOOK | presets.FAST_NOTEBOOK | {"steps": 3}),
-        run_dir=str(folder / "recorded"),
-        weights_name="recorded",
-        save_every=1,
-    )
-    result = training.train_sync(config, overwrite=True, progress=False)
-    return {
-        "settings": config.to_dict(),
-        "metrics": json.loads(result.metrics.to_json(orient="records")),
-        "hardware": provenance.hardware(),
-        "provenance": provenance.record(config.base_model),
-    }
-
-
 def main(argv: list[str] | None = None) -> dict:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = common.parser(__doc__, model=False, quick="tiny-random, 3 steps")
     p.add_argument("record", nargs="?", help="an ablation record or a run directory")
     p.add_argument("--steps", type=int, default=None, help="default: all, or 3")
     p.add_argument("--threads", type=int, default=None, help="default: the record's")
@@ -74,7 +53,6 @@ def main(argv: list[str] | None = None) -> dict:
         metavar="FIELD=VALUE",
         help="rerun with this setting changed (repeatable)",
     )
-    p.add_argument("--quick", action="store_true", help="tiny-random, 3 steps")
     p.add_argument("--out", type=Path, default=None, help="where the rerun goes")
     args = p.parse_args(argv)
     if not args.quick and not args.record:
@@ -84,7 +62,7 @@ def main(argv: list[str] | None = None) -> dict:
     with tempfile.TemporaryDirectory() as scratch:
         folder = args.out or Path(scratch)
         record = (
-            _quick_record(folder) if args.quick else replay.load_record(args.record)
+            replay.record_run(folder) if args.quick else replay.load_record(args.record)
         )
         threads = args.threads or replay.record_threads(record)
         if threads:
@@ -116,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"numeric path here: {here['numeric']}")
     if "numeric" in source:
         print(f"numeric path of the record: {source['numeric']}")
-    return {"first_difference": first, "steps": len(table)}
+    return common.write_json(args, {"first_difference": first, "steps": len(table)})
 
 
 if __name__ == "__main__":

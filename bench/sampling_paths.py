@@ -35,28 +35,24 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+import common
 
 WAYS = ("without", "with")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p = common.parser(__doc__, quick="tiny-random, 1 repeat")
     p.add_argument("--max-tokens", type=int, default=48)
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--quick", action="store_true", help="tiny-random, 1 repeat")
     args = p.parse_args(argv)
+    args.model = common.model_name(args)
     if args.quick:
-        args.model, args.repeats = "tiny-random", 1
+        args.repeats = 1
     return args
 
 
@@ -64,16 +60,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
     import pytrio as trio
 
-    from grpo_helpers import data, prompts, rollout
-    from grpo_helpers.config import SETTINGS, GRPOConfig
-    from grpo_helpers.engines import connect
+    from grpo_helpers import rollout
 
-    service = connect("local", run_dir=SETTINGS.runs_dir / "bench-sampling-paths")
-    tc = service.create_lora_training_client(args.model, rank=16, seed=0)
-    tok = tc.get_tokenizer()
-    config = GRPOConfig(backend="local", dataset="arithmetic", seed=0)
-    rows = data.load_split(config, "train").select(range(2))
-    prompt_tokens = [prompts.build_prompt(tok, r["question"]) for r in rows]
+    tc, tok, prompt_tokens = common.policy_and_prompts("sampling-paths", args.model)
 
     defaults: dict[str, bool] = {}  # the decoder's own settings, restored at the end
 
@@ -101,7 +90,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return time.perf_counter() - t, completions
 
     try:
-        return _compare(args, sample, tc._host)
+        return common.write_json(args, _compare(args, sample, tc._host))
     finally:
         if tc._host._merged is not None and defaults:
             tc._host._merged.packing = defaults["packing"]

@@ -36,34 +36,28 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
+import common
 import torch
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
+    p = common.parser(
+        __doc__,
+        quick="tiny-random, 1 prompt x 4 completions of <= 8 tokens, 1 repeat: a "
+        "smoke run of a few seconds (the test suite runs it)",
+    )
     p.add_argument("--prompts", type=int, default=2)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--lora-rank", type=int, default=16)
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="tiny-random, 1 prompt x 4 completions of <= 8 tokens, 1 repeat: a "
-        "smoke run of a few seconds (the test suite runs it)",
-    )
     args = p.parse_args(argv)
+    args.model = common.model_name(args)
     if args.quick:
-        args.model, args.repeats, args.max_tokens = "tiny-random", 1, 8
+        args.repeats, args.max_tokens = 1, 8
         args.prompts, args.group_size = 1, 4
     return args
 
@@ -121,57 +115,6 @@ def bandwidth_probe(megabytes: int = 512) -> float:
     return best
 
 
-class PeakMemory:
-    """Peak resident memory above the level at entry (MB).
-
-    On Linux the kernel keeps the peak itself (``VmHWM``) and resets it when "5" is
-    written to ``/proc/self/clear_refs``: nothing runs beside the timed code.
-    Elsewhere a thread polls the resident size every 2 ms.
-    """
-
-    _STATUS = Path("/proc/self/status")
-    _CLEAR = Path("/proc/self/clear_refs")
-
-    @classmethod
-    def _status_mb(cls, key: str) -> float:
-        for line in cls._STATUS.read_text().splitlines():
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024  # kB
-        raise KeyError(key)
-
-    def __enter__(self) -> PeakMemory:
-        import threading
-
-        import psutil
-
-        self.peak_mb = 0.0
-        self._process = psutil.Process()
-        self._base = self._process.memory_info().rss
-        self._thread = None  # None: the kernel's peak is read at exit
-        try:
-            self._CLEAR.write_text("5")
-            reset = self._status_mb("VmHWM") <= self._base / 2**20 + 1
-        except OSError:
-            reset = False
-        if not reset:
-            self._stop = threading.Event()
-            self._thread = threading.Thread(target=self._poll, daemon=True)
-            self._thread.start()
-        return self
-
-    def _poll(self) -> None:
-        while not self._stop.wait(0.002):
-            rss = self._process.memory_info().rss
-            self.peak_mb = max(self.peak_mb, (rss - self._base) / 2**20)
-
-    def __exit__(self, *exc: object) -> None:
-        if self._thread is not None:
-            self._stop.set()
-            self._thread.join()
-        else:
-            self.peak_mb = self._status_mb("VmHWM") - self._base / 2**20
-
-
 def linear_params(model: Any) -> tuple[int, int]:
     """(parameters of the attention and MLP projections, of the output layer).
 
@@ -212,16 +155,12 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     import pytrio as trio
 
     from grpo_helpers import data, datum, prompts, rewards, rollout
-    from grpo_helpers.config import SETTINGS, GRPOConfig
-    from grpo_helpers.engines import connect
-    from grpo_helpers.local import prefix
+    from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.local import batch_plan
 
-    run_dir = SETTINGS.runs_dir / "bench-step-time"
     paths = {
-        "old": connect(
-            "local", run_dir=run_dir, shared_prefix=False, merged_sampler=False
-        ),
-        "new": connect("local", run_dir=run_dir),
+        "old": common.connect("step-time", shared_prefix=False, merged_sampler=False),
+        "new": common.connect("step-time"),
     }
     clients = {
         name: svc.create_lora_training_client(args.model, rank=args.lora_rank, seed=0)
@@ -258,7 +197,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     def train_step(tc: Any, datums: list, name: str = "") -> float:
         t = time.perf_counter()
-        with PeakMemory() as memory:
+        with common.PeakMemory() as memory:
             tc.forward_backward(datums, "importance_sampling")
             tc.optim_step(adam).result()
         if name:
@@ -313,8 +252,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     gbps = bandwidth_probe(64 if args.quick else 512)
     skinny = skinny_matmul_probe(model)
     seqs = [d.model_input.to_ints() for d in datums]
-    plan = prefix.plan_shared_prefixes(seqs)
-    positions = prefix.positions_computed(seqs, plan)
+    plan = batch_plan.plan_shared_prefixes(seqs)
+    positions = batch_plan.positions_computed(seqs, plan)
     d_attn = cfg.num_attention_heads * getattr(
         cfg, "head_dim", cfg.hidden_size // cfg.num_attention_heads
     )
@@ -370,13 +309,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"step {ratio['step']:.1f}x floor-training {frac_train:.0%} "
         f"floor-decoding {frac_decode:.0%}"
     )
-    return {
+    result = {
         **{f"ratio_{k}": v for k, v in ratio.items()},
         "floor_training": frac_train,
         "floor_decoding": frac_decode,
         "peak_mb_old": max(peak_mb["old"]),
         "peak_mb_new": max(peak_mb["new"]),
     }
+    return common.write_json(args, result)
 
 
 if __name__ == "__main__":

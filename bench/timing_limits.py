@@ -40,11 +40,10 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+from common import ROOT
+
 sys.path.insert(0, str(ROOT / "tests"))  # the property tests' texts
 
 from strategies import boxy_texts  # noqa: E402

@@ -29,7 +29,7 @@ Each phase is compared on the same work:
   times the local side's completion tokens, plus its training on them (its step
   as measured, on its own completions' sampling, is printed too).
 * **peak memory**: the largest peak resident memory of a step above the process
-  at its start (``PeakMemory`` of ``bench/step_time.py``).
+  at its start (``PeakMemory`` of ``bench/common.py``).
 
 Sides alternate (local, TRL, local, ...) in one process after one warm-up step
 each; each ratio is TRL's median over the local engine's median. On a CPU, TRL's
@@ -50,33 +50,26 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+import common
 
 PHASES = ("sampling", "training", "step")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--model", default="HuggingFaceTB/SmolLM2-135M-Instruct")
-    p.add_argument("--repeats", type=int, default=5)
-    p.add_argument("--out", default=None, help="also write the numbers as JSON here")
-    p.add_argument(
-        "--quick",
-        action="store_true",
-        help="tiny-random, 2 x 2 completions of at most 4 tokens, 1 repeat, no "
+    p = common.parser(
+        __doc__,
+        quick="tiny-random, 2 x 2 completions of at most 4 tokens, 1 repeat, no "
         "warm-up: a smoke run",
     )
+    p.add_argument("--repeats", type=int, default=5)
     args = p.parse_args(argv)
+    args.model = common.model_name(args)
     if args.repeats < 1:
         p.error("--repeats must be >= 1")
     return args
@@ -90,7 +83,7 @@ def run_config(args: argparse.Namespace) -> Any:
     settings = dict(presets.NOTEBOOK, seed=0, save_every=0, weights_name="vs-trl")
     if args.quick:
         settings |= {"group_size": 2, "max_tokens": 4, "lora_rank": 4}
-        args.model, args.repeats = "tiny-random", 1
+        args.repeats = 1
     config = GRPOConfig(backend="local", base_model=args.model, **settings)
     # what TRL's batch below holds: no reference or old logprobs to carry over
     if config.updates_per_batch != 1 or config.kl_coef != 0:
@@ -99,9 +92,7 @@ def run_config(args: argparse.Namespace) -> Any:
 
 
 class Completions:
-    """The completions a step trains on: one row per completion (a plain class:
-    tests load this script without registering it as a module, which a
-    dataclass needs)."""
+    """The completions a step trains on: one row per completion."""
 
     def __init__(
         self,
@@ -132,11 +123,10 @@ class LocalStep:
 
     def __init__(self, config: Any, run_dir: Path) -> None:
         from grpo_helpers import data, prompts, rollout
-        from grpo_helpers.engines import connect
         from grpo_helpers.rewards import get_reward_fn
 
         self.config = config
-        service = connect("local", run_dir=run_dir)
+        service = common.connect(run_dir=run_dir)
         self.tc = service.create_lora_training_client(
             config.model_name, rank=config.lora_rank, seed=config.seed
         )
@@ -259,7 +249,7 @@ class TRLStep:
         from transformers import TrainerCallback
         from transformers.trainer_callback import PrinterCallback, ProgressCallback
 
-        from grpo_helpers import export
+        from grpo_helpers.trl import export
 
         export.export_trl(config, folder, overwrite=True)
         spec = importlib.util.spec_from_file_location(
@@ -374,11 +364,10 @@ def summarize(
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     import torch
-    from step_time import PeakMemory
 
-    from grpo_helpers import trl_mapping
+    from grpo_helpers.trl import mapping
 
-    missing = trl_mapping.trl_missing()
+    missing = mapping.trl_missing()
     if missing:
         raise SystemExit(missing)
     config = run_config(args)
@@ -393,11 +382,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     peaks: dict[str, list[float]] = {"local": [], "TRL": []}
     same: list[bool] = []
     for r in range(args.repeats):
-        with PeakMemory() as memory:
+        with common.PeakMemory() as memory:
             result, shared = local(seed=r)
         runs["local"].append(result)
         peaks["local"].append(memory.peak_mb)
-        with PeakMemory() as memory:
+        with common.PeakMemory() as memory:
             theirs = trl(seed=r, shared=shared)
         runs["TRL"].append(theirs)
         peaks["TRL"].append(memory.peak_mb)
@@ -424,7 +413,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         f"prompts={config.batch_size} group_size={config.group_size} "
         f"max_tokens={config.max_tokens} temperature={config.temperature} "
         f"lora_rank={config.lora_rank} repeats={args.repeats} "
-        f"trl={trl_mapping.trl_version()} torch={torch.__version__}"
+        f"trl={mapping.trl_version()} torch={torch.__version__}"
     )
     per_token = summary["sampling_seconds_per_token"]
     print(f"{'':24}{'local':>10}{'TRL':>10}{'TRL/local':>11}   (medians)")
@@ -462,9 +451,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "threads": torch.get_num_threads(),
         "date": time.strftime("%Y-%m-%d %H:%M"),
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
-    return result
+    return common.write_json(args, result)
 
 
 if __name__ == "__main__":

@@ -1,59 +1,78 @@
 r"""grpo_helpers: the code the grpo-notebooks series teaches, ready to import.
 
 Each notebook writes a step of GRPO out in full, then later notebooks import it from
-here. Data flows one way::
+here. The core, at the top of the package, reads as the data flows::
 
     GSM8K row -> prompt tokens -> G completions -> rewards -> advantages -> Datums
+              -> forward_backward + optim_step -> metrics -> run directory, plots
 
-============================  ==========================================  ===========
-module                        what it does                                notebook
-============================  ==========================================  ===========
-``grpo_helpers.data``         load GSM8K, read ``####`` answers, batches  01
-``grpo_helpers.prompts``      few-shot chat, ``\boxed{}`` suffix, tokens  01, 02
-``grpo_helpers.rewards``      extract ``\boxed{}``, the three rewards     02
-``grpo_helpers.advantages``   reward - group mean, degenerate groups      03
-``grpo_helpers.datum``        prompt + completion[:-1] -> pytrio.Datum    04
-``grpo_helpers.arithmetic``   easy word problems in GSM8K's format        01
-``grpo_helpers.engines``      ``connect``: PyTRIO's or the local engine   04
-``grpo_helpers.rollout``      groups of completions, sync and async       05, 06
-``grpo_helpers.step_math``    a step's Datums, metrics, ratios, KL        05, 08
-``grpo_helpers.run_files``    the run directory: write, resume, read      05
-``grpo_helpers.training``     the sync and async loops                    05, 06
-``grpo_helpers.evaluation``   sample and grade held-out questions         07
-``grpo_helpers.report``       accuracies with intervals, base vs trained  07
-``grpo_helpers.stats``        Wilson, McNemar, bootstrap, pass@k, maj@k   07
-``grpo_helpers.plotting``     every figure of the series                  all
-============================  ==========================================  ===========
+==============  ===================================================  ========
+module          what it holds                                        notebook
+==============  ===================================================  ========
+``settings``    the environment: fast mode, the engine, run folders  01
+``data``        GSM8K: load it, read ``####`` answers, batches       01
+``arithmetic``  easy word problems in GSM8K's format                 01
+``prompts``     few-shot chat, ``\boxed{}`` suffix, tokens           01, 02
+``rewards``     extract ``\boxed{}``, the rewards                    02
+``advantages``  reward - group mean, degenerate groups, KL           03, 09
+``datum``       prompt + completion[:-1] -> ``pytrio.Datum``         04
+``engines``     ``connect``: PyTRIO's or the local engine            04
+``config``      a run's settings, each knob written once             05
+``presets``     the named runs (notebook, PyTRIO, GPU)               05
+``rollout``     groups of completions, sync and async                05, 06
+``step_math``   a step's Datums, metrics, ratios, KL                 05, 09
+``run_files``   the run directory: write, resume, read               05
+``training``    the sync and async loops                             05, 06
+``plotting``    every figure of the series                           all
+==============  ===================================================  ========
 
-One module per idea; the README's "How the code is organised" has them all.
+Beside the core, ``provenance`` (what a run was made with), ``tracking``
+(SwanLab), ``atomic_write`` (the one atomic writer) and ``cli``; ``local/`` is the
+local engine. Three wings serve others and import the core, never the other way:
+``results/`` (evaluation, statistics, recorded runs: notebooks 07-09),
+``classroom/`` (exercise checks, hidden tests, grading, the course site) and
+``trl/`` (the run on Hugging Face TRL, and its weights out). ``docs/package.md``
+has every module.
 
 Import a module and call through it (``from grpo_helpers import rewards``, then
-``rewards.grade_answer(...)``), or take the most used functions from the top level.
-Importing the package is light: it does not import torch or transformers.
+``rewards.grade_answer(...)``; ``from grpo_helpers.results import stats``), or take
+the most used functions from the top level. Importing the package imports none of
+its modules (they load on first use), so the local engine (``grpo_helpers.local``)
+loads the environment's settings and never the rewards or the prompts; nor does it
+import torch or transformers.
 
 Introduced in: 01_gsm8k_dataset.ipynb
 """
 
-from grpo_helpers import advantages, data, datum, prompts, rewards
-from grpo_helpers.advantages import group_advantages
-from grpo_helpers.data import extract_gsm8k_answer, load_gsm8k
-from grpo_helpers.datum import RolloutSample, build_grpo_datum
-from grpo_helpers.prompts import build_prompt
-from grpo_helpers.rewards import extract_boxed, grade_answer, shaped_reward
+from __future__ import annotations
 
-__all__ = [
-    "RolloutSample",
-    "advantages",
-    "build_grpo_datum",
-    "build_prompt",
-    "data",
-    "datum",
-    "extract_boxed",
-    "extract_gsm8k_answer",
-    "grade_answer",
-    "group_advantages",
-    "load_gsm8k",
-    "prompts",
-    "rewards",
-    "shaped_reward",
-]
+import importlib
+from types import ModuleType
+from typing import Any
+
+#: The most used functions, by the module that defines them: loaded on first use.
+_SHORTCUTS = {
+    "RolloutSample": "datum",
+    "build_grpo_datum": "datum",
+    "build_prompt": "prompts",
+    "extract_boxed": "rewards",
+    "extract_gsm8k_answer": "data",
+    "grade_answer": "rewards",
+    "group_advantages": "advantages",
+    "load_gsm8k": "data",
+    "shaped_reward": "rewards",
+}
+_MODULES = ("advantages", "data", "datum", "prompts", "rewards")
+
+__all__ = sorted([*_MODULES, *_SHORTCUTS])
+
+
+def __getattr__(name: str) -> Any:
+    """A core module, or one of its most used functions, imported on first use."""
+    if name in _MODULES:
+        module: ModuleType = importlib.import_module(f"{__name__}.{name}")
+        return module
+    if name in _SHORTCUTS:
+        module = importlib.import_module(f"{__name__}.{_SHORTCUTS[name]}")
+        return getattr(module, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -26,8 +26,7 @@ import operator
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-
-from datasets import Dataset
+from typing import TYPE_CHECKING
 
 __all__ = [
     "ARITHMETIC_ROWS",
@@ -67,6 +66,9 @@ _ITEMS = (
     ("card", "cards"), ("shell", "shells"), ("stamp", "stamps"), ("orange", "oranges"),
     ("balloon", "balloons"), ("crayon", "crayons"), ("toy car", "toy cars"),
 )  # fmt: skip
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 _OPS: dict[str, Callable[[int, int], int]] = {
     "+": operator.add,
     "-": operator.sub,
@@ -316,6 +318,8 @@ def make_arithmetic_problems(n: int, seed: int = 0, difficulty: int = 1) -> Data
         seen.add(question)
         questions.append(question)
         answers.append("\n".join([*lines, f"#### {answer}"]))
+    from datasets import Dataset
+
     return Dataset.from_dict({"question": questions, "answer": answers})
 
 

@@ -19,23 +19,13 @@ import json
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import fields
 from pathlib import Path
 
 from pytrio import PyTrioError
 
-from grpo_helpers.config import (
-    ADVANTAGE_SCALES,
-    BACKENDS,
-    DATASETS,
-    LOSS_FNS,
-    NORMALIZATIONS,
-    REWARDS,
-    RUN_SPLITS,
-    SETTINGS,
-    SWANLAB_MODES,
-    GRPOConfig,
-)
+from grpo_helpers.config import MODES, GRPOConfig, add_arguments, from_arguments, knobs
+from grpo_helpers.data import RUN_SPLITS
+from grpo_helpers.settings import SETTINGS
 
 
 def _train_parser(sub: argparse._SubParsersAction) -> None:
@@ -53,140 +43,28 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _add_run_arguments(p: argparse.ArgumentParser, suppress: bool = False) -> None:
-    """The flags that describe a run: ``train``'s, shared with ``export trl``.
+    """The flags that describe a run: ``--mode`` and one per knob of
+    ``GRPOConfig`` (``config.add_arguments``), shared by ``train`` and ``export trl``.
 
-    With ``suppress`` a flag that was not given stays out of the parsed namespace
-    (``argparse.SUPPRESS``), so the given ones can override a run's config.json.
+    With ``suppress`` a flag that was not given stays out of the parsed namespace,
+    so the given ones can override a run's config.json.
     """
-    fields_ = GRPOConfig.__dataclass_fields__
-
-    def field_default(name: str) -> object:
-        return argparse.SUPPRESS if suppress else fields_[name].default
-
-    none = argparse.SUPPRESS if suppress else None
     p.add_argument(
-        "--mode",
-        choices=("sync", "async"),
-        default=argparse.SUPPRESS if suppress else "sync",
+        "--mode", choices=MODES, default=argparse.SUPPRESS if suppress else "sync"
     )
-    p.add_argument("--base-model", default=none, help="default: the engine's default")
-    p.add_argument("--lora-rank", type=int, default=field_default("lora_rank"))
-    p.add_argument("--steps", type=int, default=field_default("steps"))
-    p.add_argument(
-        "--all-data",
-        action="store_true",
-        default=field_default("all_data"),
-        help="one pass over the train split (ignores --steps)",
-    )
-    p.add_argument("--limit", type=int, default=none, help="rows of the train split")
-    p.add_argument("--batch-size", type=int, default=field_default("batch_size"))
-    p.add_argument("--group-size", type=int, default=field_default("group_size"))
-    p.add_argument("--max-tokens", type=int, default=field_default("max_tokens"))
-    p.add_argument("--temperature", type=float, default=field_default("temperature"))
-    p.add_argument("--top-p", type=float, default=field_default("top_p"))
-    p.add_argument("--seed", type=int, default=field_default("seed"))
-    p.add_argument(
-        "--learning-rate", type=float, default=field_default("learning_rate")
-    )
-    p.add_argument("--beta1", type=float, default=field_default("beta1"))
-    p.add_argument("--beta2", type=float, default=field_default("beta2"))
-    p.add_argument("--reward", choices=REWARDS, default=field_default("reward"))
-    p.add_argument(
-        "--advantage-scale",
-        choices=ADVANTAGE_SCALES,
-        default=field_default("advantage_scale"),
-    )
-    p.add_argument("--weights-name", default=field_default("weights_name"))
-    p.add_argument(
-        "--swanlab",
-        action=argparse.BooleanOptionalAction,
-        default=field_default("swanlab"),
-        help="log to SwanLab (off unless asked; offline by default, no account)",
-    )
-    p.add_argument("--swanlab-project", default=field_default("swanlab_project"))
-    p.add_argument(
-        "--swanlab-experiment-name", default=field_default("swanlab_experiment_name")
-    )
-    p.add_argument(
-        "--swanlab-mode",
-        choices=SWANLAB_MODES,
-        default=field_default("swanlab_mode"),
-        help="offline (default, no account) writes runs/<name>/swanlog",
-    )
-    p.add_argument(
-        "--backend",
-        choices=BACKENDS,
-        default=argparse.SUPPRESS if suppress else SETTINGS.backend,
-    )
-    p.add_argument("--run-dir", default=none, help="default: runs/<weights-name>")
-    p.add_argument("--save-every", type=int, default=field_default("save_every"))
-    p.add_argument("--eval-limit", type=int, default=field_default("eval_limit"))
-    p.add_argument("--dataset", choices=DATASETS, default=field_default("dataset"))
-    p.add_argument("--difficulty", type=int, default=field_default("difficulty"))
-    objective = p.add_argument_group(
-        "the objective's knobs (notebook 08; the defaults are the demo scripts')"
-    )
-    objective.add_argument(
-        "--loss-fn", choices=LOSS_FNS, default=field_default("loss_fn")
-    )
-    objective.add_argument(
-        "--updates-per-batch",
-        type=int,
-        default=field_default("updates_per_batch"),
-        help="mu: optimiser steps on each batch of samples (use with --loss-fn ppo)",
-    )
-    objective.add_argument("--clip-low", type=float, default=field_default("clip_low"))
-    objective.add_argument(
-        "--clip-high", type=float, default=field_default("clip_high")
-    )
-    objective.add_argument(
-        "--kl-coef",
-        type=float,
-        default=field_default("kl_coef"),
-        help="beta: KL penalty to the base model (0: none)",
-    )
-    objective.add_argument(
-        "--measure-kl",
-        action="store_true",
-        default=field_default("measure_kl"),
-        help="log the KL to the base model even when --kl-coef is 0",
-    )
-    objective.add_argument(
-        "--normalization",
-        choices=NORMALIZATIONS,
-        default=field_default("normalization"),
-        help="length normalisation of the advantages",
-    )
-    objective.add_argument(
-        "--mask-truncated",
-        action="store_true",
-        default=field_default("mask_truncated"),
-        help="leave completions cut off at --max-tokens out of the loss (DAPO)",
-    )
-    objective.add_argument(
-        "--grad-clip-norm",
-        type=float,
-        default=field_default("grad_clip_norm"),
-        help="clip the gradient's global norm to this before Adam (0: off)",
-    )
-
-
-def config_from_args(args: argparse.Namespace) -> GRPOConfig:
-    """The GRPOConfig that a ``train`` command line describes."""
-    names = {f.name for f in fields(GRPOConfig)}
-    return GRPOConfig(**{k: v for k, v in vars(args).items() if k in names})
+    add_arguments(p, suppress=suppress)
 
 
 def cmd_train(args: argparse.Namespace) -> int:
     from grpo_helpers.training import train_async, train_sync
 
     started = time.time()
-    config = config_from_args(args)
+    run = from_arguments(args)
     kwargs = {"resume": args.resume, "overwrite": args.overwrite}
     if args.mode == "sync":
-        result = train_sync(config, **kwargs)
+        result = train_sync(run, **kwargs)
     else:
-        result = asyncio.run(train_async(config, **kwargs))
+        result = asyncio.run(train_async(run, **kwargs))
     print(f"Run directory: {result.run_dir}")
     print(f"Saved weights path: {result.weights_path}")
     print("#" * 50)
@@ -270,7 +148,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export_peft(args: argparse.Namespace) -> int:
-    from grpo_helpers import export_peft
+    from grpo_helpers.trl import export_peft
 
     result = export_peft.export_peft(
         args.from_run,
@@ -301,33 +179,33 @@ def cmd_export_peft(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from grpo_helpers import export, trl_mapping
+    from grpo_helpers.trl import export, mapping
 
     if args.target == "peft":
         return cmd_export_peft(args)
 
-    missing = trl_mapping.trl_missing()
+    missing = mapping.trl_missing()
     if missing:
         print(f"error: {missing}", file=sys.stderr)
         return 2
-    version = trl_mapping.trl_version()
-    if version != trl_mapping.TRL_VERSION:
+    version = mapping.trl_version()
+    if version != mapping.TRL_VERSION:
         print(
             f"warning: TRL {version} is installed; the mapping was checked against "
-            f"TRL {trl_mapping.TRL_VERSION} (pip install -e '.[trl]')",
+            f"TRL {mapping.TRL_VERSION} (pip install -e '.[trl]')",
             file=sys.stderr,
         )
     values = {}
     if args.from_config:
         values = json.loads(Path(args.from_config).read_text())
-    names = {f.name for f in fields(GRPOConfig)}
+    names = {f.name for f in knobs()}
     values |= {k: v for k, v in vars(args).items() if k in names}
     config = GRPOConfig.from_dict(values)
     out = Path(args.out or Path("exports") / f"{config.weights_name}-trl")
     mode = getattr(args, "mode", "sync")
     folder = export.export_trl(config, out, overwrite=args.overwrite, mode=mode)
     print(f"TRL export of {config.weights_name!r}: {folder}")
-    for topic, text in trl_mapping.run_notes(config):
+    for topic, text in mapping.run_notes(config):
         print(f"  note ({topic}): {text}.")
     print(f"  {folder / 'README.md'} says how to launch it; on this CPU:")
     print(f"  cd {folder} && python train_grpo.py --config grpo_config_cpu.yaml")
@@ -344,11 +222,11 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--limit", type=int, default=100, help="first N questions")
     p.add_argument("--checkpoint-path", default=None, help="weights path to compare")
-    p.add_argument("--base-model", default=None, help="default: the engine's default")
-    p.add_argument("--backend", choices=BACKENDS, default=SETTINGS.backend)
-    p.add_argument("--dataset", choices=DATASETS, default="gsm8k")
-    p.add_argument("--difficulty", type=int, default=1, help="arithmetic only")
-    p.add_argument("--seed", type=int, default=42, help="arithmetic problem seed")
+    add_arguments(
+        p,
+        only=("base_model", "backend", "dataset", "difficulty", "seed"),
+        defaults={"dataset": "gsm8k"},
+    )
     p.add_argument(
         "--split",
         choices=RUN_SPLITS,
@@ -362,9 +240,9 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from grpo_helpers import evaluation, report
     from grpo_helpers.data import load_split
     from grpo_helpers.engines import connect
+    from grpo_helpers.results import evaluation, report
 
     if args.limit < 1:
         raise ValueError(f"--limit must be >= 1, got {args.limit}")
@@ -448,10 +326,8 @@ def _series_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_series(args: argparse.Namespace) -> int:
     import nbformat
-    from nbclient import NotebookClient
-    from nbclient.exceptions import CellExecutionError
 
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course, notebooks
 
     src = Path(args.notebooks)
     out = Path(args.out)
@@ -469,17 +345,11 @@ def cmd_series(args: argparse.Namespace) -> int:
     for book in books:
         print(f"Running {book.name} ...", flush=True)
         nb = nbformat.read(book, as_version=4)
-        client = NotebookClient(
-            nb, timeout=args.timeout, resources={"metadata": {"path": str(src)}}
-        )
-        started = time.perf_counter()
-        status = "ok"
-        try:
-            client.execute()
-        except CellExecutionError as error:
-            status = "FAILED"
-            print(str(error)[-2000:], file=sys.stderr)
-        seconds = time.perf_counter() - started
+        run = notebooks.execute(nb, cwd=src, timeout=args.timeout)
+        status = "ok" if run.ok else "FAILED"
+        if not run.ok:
+            print(run.error[-2000:], file=sys.stderr)
+        seconds = run.seconds
         target = out / book.name
         # how this copy was made: the course site labels fast-mode pages
         nb.metadata["grpo"] = {
@@ -511,7 +381,7 @@ def _book_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_book(args: argparse.Namespace) -> int:
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course
 
     built = course.build_book(Path(args.out))
     fast = sorted(name for name, mode in built["modes"].items() if mode == "fast")
@@ -544,7 +414,7 @@ def _student_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_student(args: argparse.Namespace) -> int:
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course
 
     notebooks = course.build_student(Path(args.out), Path(args.course))
     print(f"Student edition (hand out): {notebooks}")
@@ -608,7 +478,7 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
-    from grpo_helpers import grading
+    from grpo_helpers.classroom import grading
 
     submissions = Path(args.submissions)
     if not submissions.is_dir():

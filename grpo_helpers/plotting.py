@@ -236,7 +236,7 @@ def plot_run_curves(
             was logged) is left out of that panel.
         window: steps in the rolling mean.
         band: ``(label, frame)``: several recorded runs, one row per (``seed``,
-            ``step``) (``reference.load_band()``), drawn as a grey range from
+            ``step``) (``recorded_runs.load_band()``), drawn as a grey range from
             their lowest to their highest rolling mean at each step.
 
     Returns:
@@ -337,15 +337,15 @@ class LivePlot:
 
     Args:
         reference: runs to draw beside this one, ``{label: metrics}`` (e.g. the
-            recorded run of ``grpo_helpers.reference``); None draws this run alone
-            (reward, accuracy and degenerate groups on one axes).
+            recorded run of ``grpo_helpers.results.recorded_runs``); None draws this run
+            alone (reward, accuracy and degenerate groups on one axes).
         label: this run's legend entry.
         lengths: with no reference, also draw completion lengths.
         window: steps in the rolling mean (with a reference).
         caption: a line under the figure (the recorded run's command, date and
             machine: ``RecordedRun.caption``), so the legend stays short.
         band: ``(label, frame)`` of several recorded runs
-            (``reference.load_band()``), drawn as a grey range behind the curves
+            (``recorded_runs.load_band()``), drawn as a grey range behind the curves
             (with a reference).
     """
 

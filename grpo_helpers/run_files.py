@@ -13,10 +13,10 @@ Both loops of :mod:`grpo_helpers.training` write the same directory::
 :class:`RunDirectory` writes it and knows where a resumed run starts;
 :func:`load_metrics` and :func:`load_samples` read it back as DataFrames;
 :func:`find_weights` finds the weights of a finished run that another notebook may
-reuse; :func:`box_drift` and :func:`stall` read a run's metrics for the two ways a
-run can go wrong: drifting out of the box, and never taking off.
+reuse; :func:`box_drift` and :func:`stall_warning` read a run's metrics for the two ways
+a run can go wrong: drifting out of the box, and never taking off.
 Plots (:mod:`grpo_helpers.plotting`) and the recorded runs' readers
-(:mod:`grpo_helpers.reference`) import this module, never the loops.
+(:mod:`grpo_helpers.results.recorded_runs`) import this module, never the loops.
 
 Introduced in: 05_sync_training_loop.ipynb
 """
@@ -31,8 +31,8 @@ from typing import Any
 
 import pandas as pd
 
+from grpo_helpers.atomic_write import write_text_atomically
 from grpo_helpers.config import GRPOConfig
-from grpo_helpers.files import write_text_atomically
 from grpo_helpers.rewards import get_reward_fn
 
 #: Config fields that may differ when a run is resumed (they change no result).
@@ -326,7 +326,7 @@ def box_drift(metrics: pd.DataFrame, reward: str) -> str | None:
     )
 
 
-#: Steps at the end of a run that :func:`stall` reads.
+#: Steps at the end of a run that :func:`stall_warning` reads.
 STALL_STEPS = 10
 
 #: A completion that is a box and nothing else: ``\boxed{3}``, a guess with no working.
@@ -360,7 +360,7 @@ def bare_boxes(samples: pd.DataFrame, steps: int = STALL_STEPS) -> float | None:
     return float(last["text"].map(is_bare_box).mean())
 
 
-#: What :func:`stall` quotes of the recorded runs (``tests/test_training.py``
+#: What :func:`stall_warning` quotes of the recorded runs (``tests/test_training.py``
 #: recomputes each from the records): the bare-box share of the last 10 steps of
 #: seeds 2 and 9, which stalled, and the largest among the seeds that learned.
 STALLED_BARE = "72.5% and 92.5%"
@@ -377,7 +377,7 @@ RESUMED_GAINS = "4% -> 2% and 9% -> 9%"
 GUESS_PROOF_REWARDS = ("shown_work", "worked", "worked_v2")
 
 
-def stall(
+def stall_warning(
     metrics: pd.DataFrame,
     samples: pd.DataFrame | None = None,
     reward: str | None = None,
@@ -411,8 +411,8 @@ def stall(
         return None
     if "step" in metrics and metrics["step"].duplicated().any():
         raise ValueError(
-            "stall reads one run, but these metrics repeat a step: select one run "
-            "(for example one variant and seed of ablation.metrics_frame) first"
+            "stall_warning reads one run, but these metrics repeat a step: select "
+            "one run (for example one variant and seed of ablation.metrics_frame) first"
         )
     steps = len(metrics)
     updated = metrics["updated"].eq(True)  # a missing value is no update

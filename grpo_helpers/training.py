@@ -42,6 +42,7 @@ from grpo_helpers.data import (
     get_num_steps,
     load_split,
 )
+from grpo_helpers.engines import connect, run_coroutine
 from grpo_helpers.prompts import build_prompt
 from grpo_helpers.rewards import get_reward_fn
 from grpo_helpers.rollout import (
@@ -106,8 +107,6 @@ class _Run:
         )
         self.cumulative = self.run.cumulative()
         if service is None:
-            from grpo_helpers.engines import connect
-
             service = connect(config.backend, run_dir=self.run.path / "checkpoints")
         self.service = service
         self.training_client = service.create_lora_training_client(
@@ -483,30 +482,5 @@ def train(config: GRPOConfig, mode: str = "sync", **kwargs: Any) -> TrainResult:
     if mode == "sync":
         return train_sync(config, **kwargs)
     if mode == "async":
-        from grpo_helpers.evaluation import run_coroutine
-
         return run_coroutine(train_async(config, **kwargs))  # works inside Jupyter
     raise ValueError(f"unknown mode {mode!r}; choose 'sync' or 'async'")
-
-
-# Moved out of this module (issue 24), or only imported here, and re-exported for one
-# release: import the step's arithmetic from grpo_helpers.step_math, the run
-# directory from grpo_helpers.run_files, the rows of a run from grpo_helpers.data
-# (RUN_SPLITS, once SPLITS here) and the Datum from grpo_helpers.datum.
-from grpo_helpers.data import RUN_SPLITS as SPLITS  # noqa: E402, F401
-from grpo_helpers.datum import RolloutSample, build_grpo_datum  # noqa: E402, F401
-from grpo_helpers.run_files import (  # noqa: E402, F401
-    DRIFT_DROP,
-    DRIFT_STEPS,
-    RESUME_MUTABLE_FIELDS,
-    SAME_DATA_KEYS,
-    box_drift,
-    find_weights,
-    load_metrics,
-    load_samples,
-    read_jsonl,
-)
-from grpo_helpers.step_math import (  # noqa: E402, F401
-    OBJECTIVE_METRICS,
-    trained_samples,
-)

@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-assert "grpo_helpers.config" not in sys.modules, (
+assert "grpo_helpers.settings" not in sys.modules, (
     "grpo_helpers was imported before tests/conftest.py could isolate its runs"
 )
 _RUNS = Path(tempfile.mkdtemp(prefix="grpo-test-runs-"))
@@ -44,6 +44,7 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 )
 
 from notebook_runs import NotebookRuns  # noqa: E402
+from tiny import tiny  # noqa: E402
 
 _EVIDENCE: list[str] = []
 
@@ -61,6 +62,18 @@ def notebook_runs(tmp_path_factory) -> NotebookRuns:
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # one folder for every worker of this session
     return NotebookRuns(base / "executed-notebooks")
+
+
+@pytest.fixture
+def tiny_config(tmp_path) -> Callable[..., object]:
+    """``tiny_config(**changes)``: the tests' tiny run (``tests/tiny.py``) as a
+    ``GRPOConfig``, its run directory in this test's folder."""
+    from grpo_helpers.config import GRPOConfig
+
+    def make(**changes: object) -> GRPOConfig:
+        return GRPOConfig(**tiny(run_dir=str(tmp_path / "run"), **changes))
+
+    return make
 
 
 @pytest.fixture

@@ -37,7 +37,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -87,7 +86,7 @@ def _tags(cell) -> list[str]:  # noqa: ANN001
 
 def _printed(cells) -> list[str]:  # noqa: ANN001
     """The lines the cells printed, in order (not the hidden tests' results)."""
-    from grpo_helpers.hidden_tests import RESULT
+    from grpo_helpers.classroom.hidden_tests import RESULT
 
     return [
         line
@@ -107,7 +106,7 @@ def _stdout(cell) -> str:  # noqa: ANN001
 
 
 def judge(printed: str, key: dict) -> str:
-    from grpo_helpers.hidden_tests import judge
+    from grpo_helpers.classroom.hidden_tests import judge
 
     return judge(printed, key)
 
@@ -119,7 +118,7 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
     ``course.source_notebook``; and notebook 07's parameter override."""
     import nbformat
 
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course
 
     key = {}
     teacher = course.source_notebook(NOTEBOOKS / f"{stem}.ipynb", key)
@@ -146,22 +145,22 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
     return nb
 
 
-#: An IPython startup file of the test's kernels: every ``checks.self_check``
+#: An IPython startup file of the test's kernels: every ``self_checks.self_check``
 #: writes the value it compares with (``want``) to ``GRPO_TEST_WANTS``, so that a
 #: test can check that no hint shows one.
 RECORD_WANTS = """
 def _record_wants():
     import json, os
-    from grpo_helpers import checks
+    from grpo_helpers.classroom import self_checks
 
-    check = checks.self_check
+    check = self_checks.self_check
 
     def self_check(exercise, compute, want, *args, **kwargs):
         with open(os.environ["GRPO_TEST_WANTS"], "a") as out:
             out.write(json.dumps({"exercise": exercise, "want": repr(want)}) + "\\n")
         return check(exercise, compute, want, *args, **kwargs)
 
-    checks.self_check = self_check
+    self_checks.self_check = self_check
 
 
 _record_wants()
@@ -184,7 +183,7 @@ def make_source_run(runs_root: Path) -> Path:
     """A fast-mode run of notebook 05's settings, for notebook 07 to evaluate.
 
     Trained in this process (tiny-random, 2 steps) under ``runs_root`` (the
-    kernel's ``config.SETTINGS.runs_root``), in ``runs_root / SOURCE_RUN``.
+    kernel's ``settings.SETTINGS.runs_root``), in ``runs_root / SOURCE_RUN``.
     """
     from grpo_helpers import presets, training
     from grpo_helpers.config import GRPOConfig
@@ -208,7 +207,8 @@ def execute(stem: str, out_dir: Path) -> Execution:
     """Execute one notebook as the module docstring says; write its executed copy
     and record under ``out_dir``."""
     import nbformat
-    from nbclient import NotebookClient
+
+    from grpo_helpers.classroom import notebooks
 
     runs_dir = out_dir / "runs" / stem
     runs_dir.mkdir(parents=True, exist_ok=True)
@@ -218,8 +218,6 @@ def execute(stem: str, out_dir: Path) -> Execution:
     nb = with_solution_checks(nb, stem)
     ipython, wants = _wants_recorder(out_dir, stem)
     env = {
-        **os.environ,
-        "GRPO_FAST": "1",
         "GRPO_RUNS_ROOT": str(runs_dir),
         "IPYTHONDIR": str(ipython),
         "GRPO_TEST_WANTS": str(wants),
@@ -228,20 +226,10 @@ def execute(stem: str, out_dir: Path) -> Execution:
             [str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         ),
     }
-    env.pop("GRPO_STRICT_CHECKS", None)  # the stubs must print "not yet", not raise
-    client = NotebookClient(
-        nb,
-        timeout=CELL_TIMEOUT,
-        kernel_name="python3",
-        resources={"metadata": {"path": str(NOTEBOOKS)}},
-    )
-    started = time.perf_counter()
-    error = ""
-    try:
-        client.execute(env=env)
-    except Exception as exc:  # noqa: BLE001 - recorded, and the test shows it
-        error = f"{type(exc).__name__}: {exc}"[-6000:]
-    seconds = time.perf_counter() - started
+    # the stubs must print "not yet", not raise
+    env["GRPO_STRICT_CHECKS"] = ""
+    run = notebooks.execute(nb, cwd=NOTEBOOKS, timeout=CELL_TIMEOUT, fast=True, env=env)
+    error, seconds = run.error, run.seconds
     added_checks = [
         c for c in nb.cells if ADDED_TAG in _tags(c) and "self-check" in _tags(c)
     ]

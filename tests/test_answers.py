@@ -1,5 +1,5 @@
-"""The answer classes of notebook 07 (grpo_helpers.answers): every class and every
-tie of the precedence on hand-written completions, and the classes against the
+"""The answer classes of notebook 07 (grpo_helpers.results.answers): every class and
+every tie of the precedence on hand-written completions, and the classes against the
 grades they must agree with on real records."""
 
 from __future__ import annotations
@@ -7,8 +7,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from grpo_helpers import answers, arithmetic, data, evaluation, prompts, reference
-from grpo_helpers.answers import (
+from grpo_helpers import arithmetic, data, prompts
+from grpo_helpers.results import answers, evaluation, recorded_runs
+from grpo_helpers.results.answers import (
     COPIED,
     CUT_OFF,
     NO_NUMBER,
@@ -100,7 +101,7 @@ def test_multi_step_problems_have_no_single_operation():
 @pytest.fixture(scope="module")
 def recorded():
     """The recorded run's three evaluations, with each question's operation."""
-    run = reference.load_run()
+    run = recorded_runs.load_run()
     settings = run.meta["settings"]
     split = arithmetic.arithmetic_split(
         settings.get("split", "validation"), seed=settings["seed"]

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grpo_helpers import course
+from grpo_helpers.classroom import course
 
 PLOTTING = (
     "01_gsm8k_dataset",

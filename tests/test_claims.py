@@ -1,7 +1,7 @@
 """The numbers in the prose are the recorded runs' numbers, in their sentences.
 
 The notebooks, the README and ``docs/`` explain results in sentences, and a
-sentence quotes numbers. ``grpo_helpers.facts`` recomputes each of them from the
+sentence quotes numbers. ``grpo_helpers.results.facts`` recomputes each of them from the
 recorded records (completions graded again from their text). Every citation below
 is a *template*: a piece of the sentence with ``{fact}`` where a number goes. The
 template, filled in with the recorded facts, must appear word for word in the cell
@@ -23,7 +23,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grpo_helpers import facts
+from grpo_helpers.results import facts
 
 ROOT = Path(__file__).resolve().parent.parent
 NB08 = "08_what_grpo_learned"
@@ -314,17 +314,17 @@ def test_swapping_two_numbers_between_sentences_fails():
 def test_the_facts_regrade_the_completions(monkeypatch):
     """A stored grade is never trusted: flipping every stored ``exact`` of the
     recorded run changes no fact."""
-    from grpo_helpers import reference
+    from grpo_helpers.results import recorded_runs
 
-    load = reference.load_run
+    load = recorded_runs.load_run
 
-    def tampered(name=reference.DEFAULT_RUN):
+    def tampered(name=recorded_runs.DEFAULT_RUN):
         run = load(name)
         run.trained = run.trained.assign(exact=~run.trained["exact"].astype(bool))
         run.base = run.base.assign(exact=~run.base["exact"].astype(bool))
         return run
 
-    monkeypatch.setattr(reference, "load_run", tampered)
+    monkeypatch.setattr(recorded_runs, "load_run", tampered)
     assert facts.run_facts() == recorded()["run"]
 
 

@@ -32,7 +32,7 @@ from grpo_helpers.local.decoder import (
     packing_available,
 )
 from grpo_helpers.local.models import load_model
-from grpo_helpers.local.prefill import pad_rows
+from grpo_helpers.local.prompt_cache import pad_rows
 from grpo_helpers.local.sampling import GenerationRequest, generate
 
 MODEL = "tiny-random"
@@ -289,14 +289,15 @@ def test_training_creates_no_tensor_off_the_model_device(tmp_path, shared):
 def test_the_gpu_preset_samples_on_the_plain_path_and_exports_to_trl():
     """presets.GPU (not yet measured on a GPU): a valid run, a model type the
     plain (unmerged) sampler runs in bfloat16, and the same run on TRL."""
-    from grpo_helpers import presets, trl_mapping
+    from grpo_helpers import presets
     from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.trl import mapping
 
     settings = {k: v for k, v in presets.GPU.items() if not k.startswith("eval_")}
     config = GRPOConfig(backend="local", **settings)
     assert config.model_name == "Qwen/Qwen2.5-0.5B-Instruct"
     assert choose_sampler("cuda", torch.bfloat16, "qwen2") == "plain"
-    assert trl_mapping.refusals(config) == []
+    assert mapping.refusals(config) == []
 
 
 def test_doctests_pass():

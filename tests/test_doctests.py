@@ -2,9 +2,9 @@
 
 Every module whose source shows a ``>>>`` example is imported and its examples run
 with :mod:`doctest` (``ELLIPSIS`` and ``NORMALIZE_WHITESPACE``). Some examples are
-the only check of a function (the split of a gain in :mod:`grpo_helpers.answers`),
-and every one is what a learner reads first. An example that cannot run here is
-marked ``# doctest: +SKIP`` with its reason beside it.
+the only check of a function (the split of a gain in
+:mod:`grpo_helpers.results.answers`), and every one is what a learner reads first. An
+example that cannot run here is marked ``# doctest: +SKIP`` with its reason beside it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The exercise checks that compare a learner's code with the engine
-(``grpo_helpers.engine_checks``): each passes the reference solution and fails
-named wrong answers, each with a hint that says what differs.
+(``grpo_helpers.classroom.against_engine``): each passes the reference solution and
+fails named wrong answers, each with a hint that says what differs.
 
 Notebook 04's importance-sampling loss, notebook 05's clipped loss and GRPO step,
 notebook 06's submit-first sampling and two-await update, on the tiny-random model
@@ -21,7 +21,8 @@ import pytest
 import pytrio as trio
 import torch
 
-from grpo_helpers import checks, data, datum, engine_checks, prompts, rollout, step_math
+from grpo_helpers import data, datum, prompts, rollout, step_math
+from grpo_helpers.classroom import against_engine, self_checks
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 
@@ -145,7 +146,7 @@ IS_WRONG = {
 
 
 def test_04_loss_check_passes_the_solution(client, groups, capsys):
-    passed = engine_checks.loss_check(
+    passed = against_engine.loss_check(
         "exercise 3", S04.importance_sampling_loss, client, groups, strict=False
     )
     assert verdict(capsys, passed) == (True, "")
@@ -154,7 +155,9 @@ def test_04_loss_check_passes_the_solution(client, groups, capsys):
 @pytest.mark.parametrize("name", sorted(IS_WRONG))
 def test_04_loss_check_fails_a_wrong_answer(client, groups, capsys, name):
     wrong, hint = IS_WRONG[name]
-    passed = engine_checks.loss_check("exercise 3", wrong, client, groups, strict=False)
+    passed = against_engine.loss_check(
+        "exercise 3", wrong, client, groups, strict=False
+    )
     got = verdict(capsys, passed)
     assert got[0] is False and hint in got[1], got
 
@@ -174,13 +177,13 @@ def test_04_the_check_cannot_be_passed_with_the_engines_number(client, groups, c
     def cheat(logprobs, old, adv, mask):
         return torch.tensor(known, requires_grad=True) + 0 * logprobs.sum()
 
-    assert not engine_checks.loss_check(
+    assert not against_engine.loss_check(
         "exercise 3", cheat, client, groups, strict=False
     )
 
 
 def test_the_loss_case_reaches_both_sides_of_both_bounds(client, groups):
-    case = engine_checks.loss_case(client, groups, "ppo", 0.8, 1.28)
+    case = against_engine.loss_case(client, groups, "ppo", 0.8, 1.28)
     ratio = torch.exp(case.logprobs - case.old_logprobs)[case.mask]
     adv = case.advantages[case.mask]
     for side in (ratio > 1.28, ratio < 0.8, (ratio > 0.8) & (ratio < 1.28)):
@@ -239,7 +242,7 @@ PPO_WRONG = {
 
 
 def test_05_clipped_loss_check_passes_the_solution(client, groups, capsys):
-    passed = engine_checks.loss_check(
+    passed = against_engine.loss_check(
         "exercise 1",
         S05.ppo_clipped_loss,
         client,
@@ -255,7 +258,7 @@ def test_05_clipped_loss_check_passes_the_solution(client, groups, capsys):
 @pytest.mark.parametrize("name", sorted(PPO_WRONG))
 def test_05_clipped_loss_check_fails_a_wrong_answer(client, groups, capsys, name):
     wrong, hint = PPO_WRONG[name]
-    passed = engine_checks.loss_check(
+    passed = against_engine.loss_check(
         "exercise 1",
         wrong,
         client,
@@ -338,7 +341,7 @@ def test_05_grpo_step_check_passes_the_solution(service, batch, response, capsys
     fresh = service.create_lora_training_client(
         base_model="tiny-random", rank=4, seed=1
     )
-    passed = engine_checks.grpo_step_check(
+    passed = against_engine.grpo_step_check(
         "exercise 2",
         S05.grpo_step,
         fresh,
@@ -357,7 +360,7 @@ def test_05_grpo_step_check_a_hand_written_solution_passes(
 ):
     """The slip-free version of the wrong answers below passes (they differ from it
     by their slip only), and so do the same Datums in another order."""
-    passed = engine_checks.grpo_step_check(
+    passed = against_engine.grpo_step_check(
         "exercise 2",
         step,
         client,
@@ -372,7 +375,7 @@ def test_05_grpo_step_check_a_hand_written_solution_passes(
 @pytest.mark.parametrize("name", sorted(STEP_WRONG))
 def test_05_grpo_step_check_fails_a_wrong_answer(client, batch, response, capsys, name):
     wrong, hint = STEP_WRONG[name]
-    passed = engine_checks.grpo_step_check(
+    passed = against_engine.grpo_step_check(
         "exercise 2",
         wrong,
         client,
@@ -386,7 +389,7 @@ def test_05_grpo_step_check_fails_a_wrong_answer(client, batch, response, capsys
 
 
 def test_05_grpo_step_check_says_stub(client, batch, response, capsys):
-    passed = engine_checks.grpo_step_check(
+    passed = against_engine.grpo_step_check(
         "exercise 2",
         lambda *args: None,
         client,
@@ -395,7 +398,7 @@ def test_05_grpo_step_check_says_stub(client, batch, response, capsys):
         trio.AdamParams(learning_rate=1e-4),
         strict=False,
     )
-    assert verdict(capsys, passed) == (False, checks.STUB_HINT)
+    assert verdict(capsys, passed) == (False, self_checks.STUB_HINT)
 
 
 # ----------------------------------------------------------------------------------
@@ -458,7 +461,7 @@ SUBMIT_WRONG = {
 def test_06_submitted_first_check_passes_the_solution(client, batch, capsys):
     sampler = client.save_weights_and_get_sampling_client()
     tokens, params = batch
-    passed = engine_checks.submitted_first_check(
+    passed = against_engine.submitted_first_check(
         "exercise 1",
         S06.sample_submitted_first,
         sampler,
@@ -475,7 +478,7 @@ def test_06_submitted_first_check_fails_a_wrong_answer(client, batch, capsys, na
     sampler = client.save_weights_and_get_sampling_client()
     tokens, params = batch
     wrong, hint = SUBMIT_WRONG[name]
-    passed = engine_checks.submitted_first_check(
+    passed = against_engine.submitted_first_check(
         "exercise 1", wrong, sampler, tokens, params, 4, strict=False
     )
     got = verdict(capsys, passed)
@@ -539,7 +542,7 @@ def test_06_two_await_check_passes_the_solution(service, step_datums, capsys):
         base_model="tiny-random", rank=4, seed=2
     )
     passed = asyncio.run(
-        engine_checks.two_await_check(
+        against_engine.two_await_check(
             "exercise 2",
             S06.train_step_async,
             fresh,
@@ -559,7 +562,7 @@ def test_06_two_await_check_fails_a_wrong_answer(service, step_datums, capsys, n
     )
     wrong, hint = AWAIT_WRONG[name]
     passed = asyncio.run(
-        engine_checks.two_await_check(
+        against_engine.two_await_check(
             "exercise 2",
             wrong,
             fresh,

@@ -23,7 +23,7 @@ import torch
 
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.engines import connect
-from grpo_helpers.local import counters, prefix
+from grpo_helpers.local import batch_plan, counters
 from grpo_helpers.local.decoder import MergedLlamaDecoder, packing_available
 
 MODEL = "tiny-random"
@@ -101,7 +101,7 @@ def grpo_batch(layout, seed=0, prompts=2, group=4):
 def run_both(tmp_path, data, loss, backward=True, auto_shift=False, **options):
     """(output, grads, weights after one step) for the plain and the shared path.
 
-    Also checks which path ran: the plain engine never shares a prefix, and the
+    Also checks which path ran: the plain engine never shares a batch_plan, and the
     shared engine trains at least one group on a prefix computed once (otherwise
     the comparison would be the plain path against itself). ``run_both.seen``
     keeps the counters of the shared side for tests that need more."""
@@ -176,10 +176,10 @@ def assert_same(plain, shared, grads=True, loss_scale=0.1):
 def test_plan_shares_each_prompt_once():
     prompt_a, prompt_b = list(range(100, 130)), list(range(200, 230))
     seqs = [prompt_a + [1, 2], prompt_b + [3], prompt_a + [4, 5, 6], prompt_b + [7]]
-    plan = prefix.plan_shared_prefixes(seqs)
+    plan = batch_plan.plan_shared_prefixes(seqs)
     shared = sorted((g.prefix_len, sorted(g.members)) for g in plan if g.shared)
     assert shared == [(30, [0, 2]), (30, [1, 3])]
-    assert prefix.positions_computed(seqs, plan) == 30 + 2 + 3 + 30 + 1 + 1
+    assert batch_plan.positions_computed(seqs, plan) == 30 + 2 + 3 + 30 + 1 + 1
 
 
 def test_plan_covers_everything_and_keeps_a_suffix():
@@ -187,26 +187,26 @@ def test_plan_covers_everything_and_keeps_a_suffix():
     base = random_tokens(gen, 40)
     seqs = [base[: int(torch.randint(1, 40, (1,), generator=gen))] for _ in range(9)]
     seqs += [random_tokens(gen, 5), base, base]
-    plan = prefix.plan_shared_prefixes(seqs)
+    plan = batch_plan.plan_shared_prefixes(seqs)
     members = sorted(m for g in plan for m in g.members)
     assert members == list(range(len(seqs)))
     for g in plan:
         for m in g.members:
             assert g.prefix_len < len(seqs[m])
             assert seqs[m][: g.prefix_len] == seqs[g.members[0]][: g.prefix_len]
-    assert prefix.positions_computed(seqs, plan) <= sum(map(len, seqs))
+    assert batch_plan.positions_computed(seqs, plan) <= sum(map(len, seqs))
 
 
 def test_plan_leaves_short_or_unrelated_datums_alone():
-    assert all(not g.shared for g in prefix.plan_shared_prefixes([[1], [2], [3]]))
+    assert all(not g.shared for g in batch_plan.plan_shared_prefixes([[1], [2], [3]]))
     # A 3-token common prefix saves less than the extra pass costs.
-    plan = prefix.plan_shared_prefixes([[1, 2, 3, 4], [1, 2, 3, 5]])
+    plan = batch_plan.plan_shared_prefixes([[1, 2, 3, 4], [1, 2, 3, 5]])
     assert all(not g.shared for g in plan)
 
 
 @pytest.mark.parametrize("seed", range(20))
 def test_plain_micro_batches_come_from_the_one_packer(seed):
-    """Whole Datums are batched by ``prefix.plan_chunks``, the suffixes' packer:
+    """Whole Datums are batched by ``batch_plan.plan_chunks``, the suffixes' packer:
     every Datum once, a batch within the budget unless it holds one Datum alone."""
     from grpo_helpers.local.forward import micro_batches
 
@@ -216,7 +216,7 @@ def test_plain_micro_batches_come_from_the_one_packer(seed):
     budget = int(torch.randint(16, 1024, (1,), generator=gen))
     batches = micro_batches(lengths, budget)
     keys = list(lengths)
-    chunks = prefix.plan_chunks([lengths[i] for i in keys], budget)
+    chunks = batch_plan.plan_chunks([lengths[i] for i in keys], budget)
     assert batches == [[keys[k] for k in chunk] for chunk in chunks]
     assert sorted(i for b in batches for i in b) == sorted(lengths)
     for batch in batches:
@@ -297,9 +297,9 @@ def test_shared_prefix_in_small_micro_batches(tmp_path):
 def test_shared_prefix_computes_fewer_positions():
     data = grpo_batch("series", prompts=2, group=8)
     seqs = [d.model_input.to_ints() for d in data]
-    plan = prefix.plan_shared_prefixes(seqs)
+    plan = batch_plan.plan_shared_prefixes(seqs)
     assert sum(g.shared for g in plan) == 2
-    assert prefix.positions_computed(seqs, plan) < 0.6 * sum(map(len, seqs))
+    assert batch_plan.positions_computed(seqs, plan) < 0.6 * sum(map(len, seqs))
 
 
 # ------------------------------------------------------------------ merged sampler
@@ -585,7 +585,7 @@ def batched_samples(sampler, prompts, shared, **kw):
 
 
 def test_shared_prefix_length_rules():
-    from grpo_helpers.local.prefill import MIN_SHARED_PREFIX, shared_prefix_len
+    from grpo_helpers.local.prompt_cache import MIN_SHARED_PREFIX, shared_prefix_len
     from grpo_helpers.local.sampling import GenerationRequest
 
     def reqs(*prompts):

@@ -1,4 +1,5 @@
-"""Tests of grpo_helpers.evaluation: statistics, grading, concurrency, comparison.
+"""Tests of grpo_helpers.results.evaluation: statistics, grading, concurrency and
+comparison.
 
 No model is needed: a fake sampling client answers with canned completions (real
 ``pytrio.types.SampleResponse`` objects) after random delays, so responses come back
@@ -22,15 +23,15 @@ import pytest
 import pytrio
 from pytrio.types import SampleResponse, SampleSequence
 
-from grpo_helpers import evaluation, report, stats
-from grpo_helpers.evaluation import evaluate, evaluate_async
-from grpo_helpers.report import (
+from grpo_helpers.results import evaluation, report, stats
+from grpo_helpers.results.evaluation import evaluate, evaluate_async
+from grpo_helpers.results.report import (
     accuracy_rows,
     compare,
     format_results_table,
     summarize,
 )
-from grpo_helpers.stats import (
+from grpo_helpers.results.stats import (
     maj_at_k,
     majority_answer,
     mcnemar_exact_p,
@@ -38,6 +39,7 @@ from grpo_helpers.stats import (
     pass_at_k,
     wilson_interval,
 )
+from grpo_helpers.settings import SMOLLM2
 
 # --------------------------------------------------------------------------------------
 # Fakes
@@ -909,9 +911,9 @@ def test_only_the_base_model_and_greedy_answers_are_reused(
 
 
 def test_the_recorded_run_offers_its_base_answers() -> None:
-    from grpo_helpers import reference
+    from grpo_helpers.results import recorded_runs
 
-    run = reference.load_run()
+    run = recorded_runs.load_run()
     base = run.answers()
     assert base.records is run.base
     assert base.model == run.meta["settings"]["base_model"]
@@ -932,10 +934,11 @@ def test_notebook_07_at_full_size_reads_the_recorded_base_answers(name: str) -> 
     """Notebook 07's full-size defaults ask the prompts the recorded run answered,
     so ``reuse`` applies there (with the real tokenizer, as the notebook builds
     them); anything else would make the notebook compute them, minutes each."""
-    from grpo_helpers import data, presets, prompts, reference
+    from grpo_helpers import data, presets, prompts
     from grpo_helpers.config import GRPOConfig
+    from grpo_helpers.results import recorded_runs
 
-    run = reference.load_run()
+    run = recorded_runs.load_run()
     recorded = run.answers(name)
     nb07 = presets.notebook_eval(fast=False)
     if name == "gsm8k base":
@@ -951,6 +954,6 @@ def test_notebook_07_at_full_size_reads_the_recorded_base_answers(name: str) -> 
     lengths = [
         len(prompts.build_prompt(tokenizer, row["question"], fewshot)) for row in rows
     ]
-    sampler = _base_client({}, model=presets.SMOLLM2)
+    sampler = _base_client({}, model=SMOLLM2)
     greedy = {"temperature": 0.0, "max_tokens": max_tokens, "num_samples": 1}
     assert evaluation.reuse_problem(recorded, sampler, rows, lengths, **greedy) is None

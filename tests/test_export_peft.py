@@ -18,10 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from grpo_helpers import export_checks, export_peft, training
+from grpo_helpers import training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.local import models
+from grpo_helpers.trl import export_checks, export_peft
 
 #: float32 rounding: the engine's sampler and the exported model sum in other orders.
 ROUNDING = 2e-4

@@ -17,10 +17,13 @@ from pathlib import Path
 
 import pytest
 from needs_trl import import_trl
+from tiny import tiny
 
-from grpo_helpers import export, presets, trl_mapping
+from grpo_helpers import presets
 from grpo_helpers.cli import main
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.settings import SMOLLM2
+from grpo_helpers.trl import export, mapping
 
 trl = import_trl()
 
@@ -30,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK_05 = dict(
     presets.NOTEBOOK,
     backend="local",
-    base_model=presets.SMOLLM2,
+    base_model=SMOLLM2,
     seed=0,
     weights_name="nb05-sync",
     run_dir="runs/nb05-sync",
@@ -38,21 +41,8 @@ NOTEBOOK_05 = dict(
 )
 
 #: A run small enough for tiny-random on the CPU in seconds.
-TINY = dict(
-    backend="local",
-    base_model="tiny-random",
-    dataset="arithmetic",
-    steps=2,
-    batch_size=2,
-    group_size=4,
-    max_tokens=8,
-    lora_rank=4,
-    learning_rate=1e-2,
-    reward="shaped",
-    temperature=1.0,
-    seed=0,
-    weights_name="tiny-trl",
-    save_every=0,
+TINY = tiny(
+    max_tokens=8, learning_rate=1e-2, temperature=1.0, seed=0, weights_name="tiny-trl"
 )
 
 TRL_FIELDS = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
@@ -73,14 +63,14 @@ ELSEWHERE = {
 def test_doctests_pass():
     import doctest
 
-    assert doctest.testmod(trl_mapping).failed == 0
+    assert doctest.testmod(mapping).failed == 0
 
 
 def test_every_config_field_is_mapped_or_refused_by_name():
-    """Fails when GRPOConfig gains a field without a rule in trl_mapping.FIELD_RULES."""
+    """Fails when GRPOConfig gains a field without a rule in mapping.FIELD_RULES."""
     fields = [f.name for f in dataclasses.fields(GRPOConfig)]
-    assert sorted(trl_mapping.FIELD_RULES) == sorted(fields)
-    for name, rule in trl_mapping.FIELD_RULES.items():
+    assert sorted(mapping.FIELD_RULES) == sorted(fields)
+    for name, rule in mapping.FIELD_RULES.items():
         assert rule.how, name
         for key in rule.trl:
             assert key in TRL_FIELDS or key in ELSEWHERE, (name, key)
@@ -91,7 +81,7 @@ def test_every_config_field_is_mapped_or_refused_by_name():
 def test_the_settings_are_trl_fields_and_build_trl_config(tmp_path):
     config = GRPOConfig(**NOTEBOOK_05)
     for target in ("cpu", "gpu"):
-        settings = trl_mapping.trl_settings(config, target)
+        settings = mapping.trl_settings(config, target)
         assert set(settings) <= TRL_FIELDS, set(settings) - TRL_FIELDS
         values = settings | {"output_dir": str(tmp_path), "use_cpu": True}
         args = trl.GRPOConfig(**values)
@@ -105,7 +95,7 @@ def test_the_settings_are_trl_fields_and_build_trl_config(tmp_path):
 def test_notebook_05s_run_maps_setting_by_setting():
     nb = presets.NOTEBOOK
     config = GRPOConfig(**NOTEBOOK_05)
-    s = trl_mapping.trl_settings(config, "gpu")
+    s = mapping.trl_settings(config, "gpu")
     completions = nb["batch_size"] * nb["group_size"]
     assert s["per_device_train_batch_size"] == completions
     assert s["num_generations"] == nb["group_size"]
@@ -121,12 +111,12 @@ def test_notebook_05s_run_maps_setting_by_setting():
     assert s["loss_type"] == "dr_grpo" and s["num_iterations"] == 1
     assert (s["epsilon"], s["epsilon_high"]) == (0.2, 0.2)
     assert s["beta"] == 0.0 and s["scale_rewards"] == "none"
-    assert trl_mapping.reward_names(config)[0] == nb["reward"]
+    assert mapping.reward_names(config)[0] == nb["reward"]
     assert s["reward_weights"][0] == 1.0 and sum(s["reward_weights"]) == 1.0
     assert s["shuffle_dataset"] is False and s["seed"] == 0
     assert s["chat_template_kwargs"] == {"enable_thinking": False}
     assert s["output_dir"] == "runs/nb05-sync-trl" and s["save_strategy"] == "no"
-    assert trl_mapping.loss_scale(config) == completions * nb["max_tokens"]
+    assert mapping.loss_scale(config) == completions * nb["max_tokens"]
 
 
 #: For each field that sets TRL settings, another valid value: it must move them.
@@ -176,15 +166,13 @@ CARRIED = {
 
 def test_each_setting_reaches_the_export_or_its_series_config(tmp_path):
     base = GRPOConfig(**(NOTEBOOK_05 | {"loss_fn": "ppo"}))
-    before = trl_mapping.trl_settings(base, "cpu")
-    assert set(CHANGES) | CARRIED == set(trl_mapping.FIELD_RULES)
+    before = mapping.trl_settings(base, "cpu")
+    assert set(CHANGES) | CARRIED == set(mapping.FIELD_RULES)
     for name, value in CHANGES.items():
-        after = trl_mapping.trl_settings(
-            dataclasses.replace(base, **{name: value}), "cpu"
-        )
+        after = mapping.trl_settings(dataclasses.replace(base, **{name: value}), "cpu")
         assert after != before, name
     on = dataclasses.replace(base, swanlab=True, swanlab_experiment_name="exp")
-    assert trl_mapping.trl_settings(on, "cpu")["run_name"] == "exp"
+    assert mapping.trl_settings(on, "cpu")["run_name"] == "exp"
     # every field, carried or not, is in series_config.json exactly
     folder = export.export_trl(base, tmp_path / "out")
     carried = json.loads((folder / "series_config.json").read_text())
@@ -208,8 +196,8 @@ def test_each_setting_reaches_the_export_or_its_series_config(tmp_path):
 )
 def test_a_setting_trl_cannot_express_is_refused_by_name(tmp_path, changes, fields):
     config = GRPOConfig(**(NOTEBOOK_05 | changes))
-    assert [name for name, _ in trl_mapping.refusals(config)] == fields
-    with pytest.raises(trl_mapping.ExportRefused) as refused:
+    assert [name for name, _ in mapping.refusals(config)] == fields
+    with pytest.raises(mapping.ExportRefused) as refused:
         export.export_trl(config, tmp_path / "out")
     for name in fields:
         assert f"{name}: " in str(refused.value)
@@ -219,11 +207,11 @@ def test_a_setting_trl_cannot_express_is_refused_by_name(tmp_path, changes, fiel
 def test_what_maps_at_the_edges_of_the_refusals():
     one_group = GRPOConfig(**(NOTEBOOK_05 | {"batch_size": 1}))
     token_mean = dataclasses.replace(one_group, normalization="token_mean")
-    assert trl_mapping.trl_settings(token_mean, "cpu")["loss_type"] == "dapo"
+    assert mapping.trl_settings(token_mean, "cpu")["loss_type"] == "dapo"
     cispo = dataclasses.replace(token_mean, loss_fn="cispo")
-    assert trl_mapping.trl_settings(cispo, "cpu")["loss_type"] == "cispo"
+    assert mapping.trl_settings(cispo, "cpu")["loss_type"] == "cispo"
     kl = dataclasses.replace(one_group, kl_coef=0.1, measure_kl=True)
-    assert trl_mapping.trl_settings(kl, "cpu")["beta"] == 0.1
+    assert mapping.trl_settings(kl, "cpu")["beta"] == 0.1
 
 
 # ------------------------------------------------------------------ the folder
@@ -232,7 +220,7 @@ def test_what_maps_at_the_edges_of_the_refusals():
 def test_the_exported_folder(tmp_path):
     from accelerate.commands.config.config_args import load_config_from_file
 
-    from grpo_helpers import trl_script
+    from grpo_helpers.trl import train_grpo
 
     config = GRPOConfig(**NOTEBOOK_05)
     folder = export.export_trl(config, tmp_path / "nb05")
@@ -248,24 +236,24 @@ def test_the_exported_folder(tmp_path):
         "train_grpo.py",
     ]
     assert (folder / "train_grpo.py").read_text() == Path(
-        trl_script.__file__
+        train_grpo.__file__
     ).read_text()
     import yaml
 
     for name, target in (("grpo_config.yaml", "gpu"), ("grpo_config_cpu.yaml", "cpu")):
         values = yaml.safe_load((folder / name).read_text())
-        assert values == trl_mapping.trl_settings(config, target)
+        assert values == mapping.trl_settings(config, target)
     one = load_config_from_file(str(folder / "accelerate" / "single_gpu.yaml"))
     many = load_config_from_file(str(folder / "accelerate" / "multi_gpu.yaml"))
     assert (one.num_processes, one.distributed_type.value) == (1, "NO")
     assert (many.num_processes, many.distributed_type.value) == (2, "MULTI_GPU")
     assert one.mixed_precision == many.mixed_precision == "bf16"
     readme = (folder / "README.md").read_text()
-    for name in trl_mapping.FIELD_RULES:  # the mapping table has a row per setting
+    for name in mapping.FIELD_RULES:  # the mapping table has a row per setting
         assert f"| `{name}` |" in readme
-    for difference in trl_mapping.KNOWN_DIFFERENCES:
+    for difference in mapping.KNOWN_DIFFERENCES:
         assert difference.text in readme
-    assert f"c = {trl_mapping.loss_scale(config):g}" in readme.replace("**", "")
+    assert f"c = {mapping.loss_scale(config):g}" in readme.replace("**", "")
     for command in (
         "python train_grpo.py --config grpo_config_cpu.yaml",
         "accelerate launch --config_file accelerate/single_gpu.yaml train_grpo.py",
@@ -322,7 +310,7 @@ def test_the_export_says_what_the_temperature_changes_in_this_run(tmp_path, caps
         assert "1/T = 1.67" in text and "Export with temperature 1.0" in text
         assert "KL placement" not in text
     assert "note (temperature):" in printed
-    assert [topic for topic, _ in trl_mapping.run_notes(GRPOConfig(**TINY))] == []
+    assert [topic for topic, _ in mapping.run_notes(GRPOConfig(**TINY))] == []
     folder = export.export_trl(GRPOConfig(**TINY), tmp_path / "t1")
     section = (folder / "README.md").read_text().split("## What TRL changes")[1]
     assert section.split("\n## ")[0].count("- **") == 0
@@ -333,7 +321,7 @@ def test_the_export_says_where_the_kl_sits_when_it_changes_the_run(tmp_path, cap
     """With the clipped loss, mu > 1 and a KL penalty, the series' KL is inside
     the clipped advantage and TRL's outside: said for that run, not for others."""
     clipped = dict(TINY, loss_fn="ppo", updates_per_batch=2, kl_coef=0.05)
-    notes = dict(trl_mapping.run_notes(GRPOConfig(**clipped)))
+    notes = dict(mapping.run_notes(GRPOConfig(**clipped)))
     assert list(notes) == ["KL placement"]
     assert "inside the clipped objective" in notes["KL placement"]
     assert "after the clip" in notes["KL placement"]
@@ -341,7 +329,7 @@ def test_the_export_says_where_the_kl_sits_when_it_changes_the_run(tmp_path, cap
         dict(clipped, updates_per_batch=1),
         dict(clipped, kl_coef=0.0),
     ):
-        assert trl_mapping.run_notes(GRPOConfig(**other)) == []
+        assert mapping.run_notes(GRPOConfig(**other)) == []
     run_config = tmp_path / "config.json"
     run_config.write_text(json.dumps(GRPOConfig(**clipped).to_dict()))
     out = tmp_path / "kl"

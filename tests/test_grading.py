@@ -52,17 +52,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from grpo_helpers import (
-    advantages,
-    answers,
-    checks,
-    cli,
-    course,
-    grading,
-    hidden_tests,
-    rewards,
-    stats,
-)
+from grpo_helpers import advantages, cli, rewards
+from grpo_helpers.classroom import course, grading, hidden_tests, self_checks
+from grpo_helpers.results import answers, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOK = "03_group_advantages"  # two pure-numpy exercises: quick to grade
@@ -73,7 +65,9 @@ LIGHT_IMPORTS = """import math
 
 import numpy as np
 
-from grpo_helpers import advantages, checks, datum, evaluation, rewards
+from grpo_helpers import advantages, datum, rewards
+from grpo_helpers.classroom import self_checks
+from grpo_helpers.results import evaluation
 """
 
 
@@ -107,7 +101,7 @@ def test_the_student_edition_ships_no_answers(edition):
         text = path.read_text()
         for marker in ("SOLUTION", "HIDDEN TESTS", "solutions/", "_load_solutions"):
             assert marker not in text, (path.name, marker)
-        assert "checks.solution" not in text
+        assert "self_checks.solution" not in text
         nb = nbformat.read(path, as_version=4)
         original = nbformat.read(course.NOTEBOOKS / path.name, as_version=4)
         # the exercises are the stubs, the graded cells the learners' own checks
@@ -129,7 +123,7 @@ def test_the_student_edition_ships_no_answers(edition):
 
 def test_no_cell_of_any_notebook_loads_the_solutions():
     """Issue 22: check cells bound the reference solutions to a name
-    (``solutions = checks.solution(...)``); no cell may load them."""
+    (``solutions = self_checks.solution(...)``); no cell may load them."""
     loaders = {"solution", "_load_solutions", "spec_from_file_location", "run_path"}
     flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT  # notebook 06 awaits
     for path in course.notebook_paths():
@@ -150,7 +144,7 @@ def test_no_cell_of_any_notebook_loads_the_solutions():
                     "tags", []
                 ):
                     assert "solution" not in node.id.lower(), f"{where}: {node.id}"
-    assert not hasattr(checks, "solution")
+    assert not hasattr(self_checks, "solution")
 
 
 # ----------------------------------------------------------------------------------
@@ -820,7 +814,7 @@ def test_a_hook_that_refuses_the_watch_fails_the_test(blocks):
 
 
 def test_property_check_hints_without_the_answer(capsys):
-    ok = checks.property_check(
+    ok = self_checks.property_check(
         "demo",
         lambda: [3, 4],
         {"every value is even": lambda got: all(v % 2 == 0 for v in got)},
@@ -829,14 +823,16 @@ def test_property_check_hints_without_the_answer(capsys):
     assert not ok
     assert capsys.readouterr().out == "demo: not yet\n    every value is even\n"
     with pytest.raises(AssertionError, match="still the stub"):
-        checks.property_check("demo", lambda: [None], {}, strict=True)
+        self_checks.property_check("demo", lambda: [None], {}, strict=True)
 
 
 def test_checks_stop_an_endless_loop_when_a_limit_is_set(monkeypatch, capsys):
     from dataclasses import replace
 
-    monkeypatch.setattr(checks, "SETTINGS", replace(checks.SETTINGS, check_seconds=0.3))
-    assert not checks.self_check(
+    monkeypatch.setattr(
+        self_checks, "SETTINGS", replace(self_checks.SETTINGS, check_seconds=0.3)
+    )
+    assert not self_checks.self_check(
         "loop", lambda: _practically_endless(10), 1, strict=False
     )
     assert "took longer than 0.3 s" in capsys.readouterr().out
@@ -883,7 +879,7 @@ def _visible_success_advantages():
 CHEATS = {
     "carl": [  # delegates to the teacher's loader; reads the solution file
         textwrap.dedent("""
-            from grpo_helpers import course
+            from grpo_helpers.classroom import course
 
 
             def smallest_group_size(pass_rate, max_degenerate):
@@ -891,7 +887,7 @@ CHEATS = {
                 return solutions.smallest_group_size(pass_rate, max_degenerate)
         """),
         textwrap.dedent("""
-            from grpo_helpers.config import SETTINGS
+            from grpo_helpers.settings import SETTINGS
 
             path = SETTINGS.project_root / "notebooks/solutions/03_group_advantages.py"
             exec(path.read_text())  # defines success_advantage
@@ -899,7 +895,7 @@ CHEATS = {
     ],
     "dora": [  # patches checks (the stub stays); hard-codes the visible examples
         textwrap.dedent("""
-            from grpo_helpers import checks
+            from grpo_helpers.classroom import self_checks
 
 
             def always_ok(exercise, *args, **kwargs):
@@ -907,7 +903,7 @@ CHEATS = {
                 return True
 
 
-            checks.self_check = checks.property_check = always_ok
+            self_checks.self_check = self_checks.property_check = always_ok
 
 
             def smallest_group_size(pass_rate, max_degenerate):
@@ -1194,7 +1190,7 @@ def graded(edition, tmp_path_factory):
         import time
 
         import grpo_helpers
-        from grpo_helpers.config import SETTINGS
+        from grpo_helpers.settings import SETTINGS
 
         time.sleep({SLOW_CELL_SECONDS})  # a slow import on a loaded machine
         seen = {{
@@ -1510,7 +1506,7 @@ def test_a_daemon_left_by_a_kernel_is_adopted_and_killed(tmp_path):
     canary = tmp_path / "canary"
     grading_process = textwrap.dedent(f"""
         import pathlib, subprocess, sys, time
-        sys.path.insert(0, {str(ROOT / "grpo_helpers")!r})
+        sys.path.insert(0, {str(ROOT / "grpo_helpers" / "classroom")!r})
         import grading_guard
         assert grading_guard.become_subreaper()
         kernel = (
@@ -1542,7 +1538,7 @@ def test_a_daemon_left_by_a_kernel_is_adopted_and_killed(tmp_path):
 def test_the_watchdog_kills_past_a_deadline_it_was_told_or_a_cell_budget(
     tmp_path, monkeypatch
 ):
-    from grpo_helpers import grading_guard
+    from grpo_helpers.classroom import grading_guard
 
     monkeypatch.setattr(grading_guard, "GRACE", 0.2)
     for how in ("case", "cell"):

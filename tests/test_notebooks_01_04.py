@@ -154,7 +154,7 @@ def test_opening_follows_the_house_style(stem: str) -> None:
     assert "fast" in runtime and "full" in runtime
     # issue 22: versions, engine and device in one helper call, a short first cell
     first = first_code_cell(nb).source
-    assert "config.environment_report(" in first, stem
+    assert "settings.environment_report(" in first, stem
     assert len(first.splitlines()) <= 15, stem
 
 
@@ -232,7 +232,7 @@ def test_stripped_explicit_and_complete(stem: str) -> None:
     assert any(h.startswith("## Summary") for h in headings)
     assert any("## Exercises" in h for h in headings)
     # one stub per code exercise, each followed by its self-check; the check helper
-    # is the package's (checks.self_check), not a copy in every notebook
+    # is the package's (self_checks.self_check), not a copy in every notebook
     assert len(tagged(stem, "exercise")) == len(EXERCISE_NAMES[stem])
     assert len(tagged(stem, "self-check")) == len(EXERCISE_NAMES[stem])
     assert not any("def self_check" in cell.source for cell in code_cells(stem))

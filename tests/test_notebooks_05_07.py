@@ -33,22 +33,21 @@ import torch
 
 from grpo_helpers import (
     advantages,
-    checks,
     data,
     datum,
     presets,
     prompts,
-    report,
     rewards,
     rollout,
     run_files,
-    stats,
     step_math,
     training,
 )
+from grpo_helpers.classroom import self_checks
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 from grpo_helpers.local import checkpoints
+from grpo_helpers.results import report, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = {
@@ -588,7 +587,7 @@ def test_07_what_the_notebook_quotes():
 
 
 def test_08_gain_by_source_matches_the_package():
-    from grpo_helpers import answers
+    from grpo_helpers.results import answers
 
     solution = load_solution("08")
     kinds = [c for c in answers.CLASSES if c != answers.RIGHT_BOXED]
@@ -644,7 +643,7 @@ def test_notebook_opening_and_parameters(key):
         assert part in opening
     # issue 22: versions, engine and device in one helper call, a short first cell
     versions = nb.cells[first_code].source
-    assert "config.environment_report(" in versions
+    assert "settings.environment_report(" in versions
     assert len(versions.splitlines()) <= 15
     parameters = [c for c in nb.cells if "parameters" in c.metadata.get("tags", [])]
     assert len(parameters) == 1
@@ -655,9 +654,8 @@ def test_notebook_opening_and_parameters(key):
     assert names[0] == "backend"
     if key in ("05", "06"):
         assert "base_model" in names
-        assert 'config.pick("HuggingFaceTB/SmolLM2-135M-Instruct", "tiny-random")' in (
-            parameters[0].source
-        )
+        want = 'settings.full_or_fast(settings.SMOLLM2, "tiny-random")'
+        assert want in parameters[0].source
 
 
 @pytest.mark.parametrize("key", ["05", "06"])
@@ -716,8 +714,14 @@ def test_notebook_is_stripped_and_names_its_solutions(key):
 def test_self_check_compares_ragged_lists_element_by_element():
     """Notebook 08's exercise 1 returns lists of different lengths: no array form."""
     want = [[1.0, 0.5], [0.25, 0.25, 0.25], [1.0]]
-    assert checks.self_check("ragged", lambda: [list(w) for w in want], want, tol=1e-9)
+    assert self_checks.self_check(
+        "ragged", lambda: [list(w) for w in want], want, tol=1e-9
+    )
     wrong = [[1.0, 0.5], [0.25, 0.3, 0.25], [1.0]]
-    assert not checks.self_check("ragged", lambda: wrong, want, tol=1e-9, strict=False)
+    assert not self_checks.self_check(
+        "ragged", lambda: wrong, want, tol=1e-9, strict=False
+    )
     short = [[1.0, 0.5], [0.25, 0.25], [1.0]]
-    assert not checks.self_check("ragged", lambda: short, want, tol=1e-9, strict=False)
+    assert not self_checks.self_check(
+        "ragged", lambda: short, want, tol=1e-9, strict=False
+    )

@@ -146,7 +146,7 @@ def test_ratio_metrics_count_the_tokens_the_clip_stops():
     [
         ("loss_fn", "dro", "unknown loss_fn 'dro'"),
         ("updates_per_batch", 0, "updates_per_batch must be >= 1"),
-        ("clip_low", 1.5, "clip bounds"),
+        ("clip_low", 1.5, r"clip_low must be in \(0, 1\]"),
         ("kl_coef", -0.1, "kl_coef must be >= 0"),
         ("normalization", "mean", "unknown normalization 'mean'"),
     ],
@@ -186,18 +186,6 @@ def test_the_float_settings_are_the_objectives_and_the_samplers():
 
 # ------------------------------------------------------------------ on the engine
 
-TINY = dict(
-    base_model="tiny-random",
-    dataset="arithmetic",
-    backend="local",
-    steps=2,
-    batch_size=2,
-    group_size=4,
-    max_tokens=6,
-    lora_rank=4,
-    reward="shaped",
-    save_every=0,
-)
 MODES = ["sync", "async"]
 
 
@@ -277,9 +265,9 @@ def assert_datums_carry(datums, groups, normalization, max_tokens, kl=None):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_defaults_send_importance_sampling_and_the_plain_advantages(
-    tmp_path, service, mode
+    tiny_config, tmp_path, service, mode
 ):
-    config = GRPOConfig(**TINY, run_dir=str(tmp_path / "run"))
+    config = tiny_config()
     metrics, spy = train_with_spy(config, mode, service)
     per_step = updates_by_step(metrics, spy, mu=1)
     assert per_step, "no step had a group with different rewards"
@@ -297,13 +285,9 @@ def test_defaults_send_importance_sampling_and_the_plain_advantages(
 @pytest.mark.parametrize("normalization", ["sequence_mean", "token_mean", "constant"])
 @pytest.mark.parametrize("mode", MODES)
 def test_each_normalisation_scales_the_advantages_the_engine_receives(
-    tmp_path, service, mode, normalization
+    tiny_config, tmp_path, service, mode, normalization
 ):
-    config = GRPOConfig(
-        **{**TINY, "steps": 1},
-        normalization=normalization,
-        run_dir=str(tmp_path / "run"),
-    )
+    config = tiny_config(steps=1, normalization=normalization)
     metrics, spy = train_with_spy(config, mode, service)
     per_step = updates_by_step(metrics, spy, mu=1)
     assert list(per_step) == [0], "step 0 must train for this test to mean anything"
@@ -331,16 +315,14 @@ def ratios_and_advantages(fb):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_ppo_with_two_updates_sends_its_clip_bounds_and_clips_both_sides(
-    tmp_path, service, mode
+    tiny_config, tmp_path, service, mode
 ):
-    config = GRPOConfig(
-        **TINY,
+    config = tiny_config(
         loss_fn="ppo",
         updates_per_batch=2,
         learning_rate=5e-2,
         clip_low=0.9,
         clip_high=1.1,
-        run_dir=str(tmp_path / "run"),
     )
     metrics, spy = train_with_spy(config, mode, service)
     per_step = updates_by_step(metrics, spy, mu=2)
@@ -392,14 +374,11 @@ def reference_logprobs(service, datums, lengths):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_kl_penalty_changes_the_advantages_the_engine_receives(tmp_path, service, mode):
+def test_kl_penalty_changes_the_advantages_the_engine_receives(
+    tiny_config, tmp_path, service, mode
+):
     kl_coef = 0.1
-    config = GRPOConfig(
-        **{**TINY, "steps": 3},
-        kl_coef=kl_coef,
-        learning_rate=3e-2,
-        run_dir=str(tmp_path / "run"),
-    )
+    config = tiny_config(steps=3, kl_coef=kl_coef, learning_rate=3e-2)
     assert config.needs_reference
     metrics, spy = train_with_spy(config, mode, service)
     per_step = updates_by_step(metrics, spy, mu=1)
@@ -446,13 +425,11 @@ def trained_rewards(run_dir, step):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_group_scaled_advantages_reach_the_engine(tmp_path, service, mode):
+def test_group_scaled_advantages_reach_the_engine(tiny_config, tmp_path, service, mode):
     """Issue 38: ``advantage_scale="group"`` through the loop. What the engine
     receives is (r - mean) / (std + 1e-4) of the rewards samples.jsonl recorded,
     computed here (not the advantages the run wrote beside them)."""
-    config = GRPOConfig(
-        **{**TINY, "steps": 1}, advantage_scale="group", run_dir=str(tmp_path / "run")
-    )
+    config = tiny_config(steps=1, advantage_scale="group")
     metrics, spy = train_with_spy(config, mode, service)
     per_step = updates_by_step(metrics, spy, mu=1)
     assert list(per_step) == [0], "step 0 must train for this test to mean anything"
@@ -469,18 +446,14 @@ def test_group_scaled_advantages_reach_the_engine(tmp_path, service, mode):
 
 @pytest.mark.parametrize("normalization", ["sequence_mean", "token_mean", "constant"])
 def test_kl_penalty_with_each_normalisation_reaches_the_engine(
-    tmp_path, service, normalization
+    tiny_config, tmp_path, service, normalization
 ):
     """Issue 38: the KL change of each token is added to the *scaled* advantage
     (A * scale + beta (mean d - d_t)), whatever the normalisation; the token-sum
     case is ``test_kl_penalty_changes_the_advantages_the_engine_receives``."""
     kl_coef = 0.1
-    config = GRPOConfig(
-        **{**TINY, "steps": 2},
-        kl_coef=kl_coef,
-        learning_rate=3e-2,
-        normalization=normalization,
-        run_dir=str(tmp_path / "run"),
+    config = tiny_config(
+        steps=2, kl_coef=kl_coef, learning_rate=3e-2, normalization=normalization
     )
     metrics, spy = train_with_spy(config, "sync", service)
     per_step = updates_by_step(metrics, spy, mu=1)
@@ -524,14 +497,14 @@ class InFlight:
         return getattr(self._sampler, name)
 
 
-def test_the_async_loop_has_every_prompt_of_a_step_in_flight_at_once(tmp_path, service):
+def test_the_async_loop_has_every_prompt_of_a_step_in_flight_at_once(
+    tiny_config, tmp_path, service
+):
     """Issue 38: the async loop's concurrency. While a step samples, all its
     prompts' requests are in flight together (``gather``); awaiting them one by
     one would keep one in flight."""
     counts = {"now": 0, "most": 0}
     spy = EngineSpy(service, wrap_sampler=lambda s: InFlight(s, counts))
-    config = GRPOConfig(
-        **{**TINY, "steps": 1, "batch_size": 3}, run_dir=str(tmp_path / "run")
-    )
+    config = tiny_config(steps=1, batch_size=3)
     training.train(config, "async", service=spy, progress=False)
     assert counts == {"now": 0, "most": config.batch_size}

@@ -15,8 +15,7 @@ from grpo_helpers.prompts import (
     build_prompt,
     get_stop_sequences,
 )
-
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
+from grpo_helpers.settings import SMOLLM2
 
 #: SmolLM2's special token ids: <|endoftext|>, <|im_start|>, <|im_end|>.
 ENDOFTEXT_ID, IM_START_ID, IM_END_ID = 0, 1, 2

@@ -11,25 +11,18 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import nbformat
 import pytest
-from benches import load_bench
+from benches import run_bench
 
-from grpo_helpers import (
-    ablation,
-    data,
-    evaluation,
-    plotting,
-    presets,
-    provenance,
-    reference,
-    rewards,
-)
+from grpo_helpers import data, plotting, presets, provenance, rewards
+from grpo_helpers.results import ablation, evaluation, recorded_runs
+from grpo_helpers.settings import SMOLLM2
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_shipped_run_loads_and_reproduces_its_numbers():
-    run = reference.load_run()  # raises on any schema problem
-    assert reference.check_run(run) == []
+    run = recorded_runs.load_run()  # raises on any schema problem
+    assert recorded_runs.check_run(run) == []
     summary = run.summary()
     for grade in ("exact", "lenient"):
         recomputed = float(run.trained[grade].mean())
@@ -42,17 +35,17 @@ def test_the_shipped_run_loads_and_reproduces_its_numbers():
 
 def test_the_shipped_run_is_notebook_05s_defaults():
     """The recorded run plotted beside a learner's run used the same settings."""
-    bench = load_bench("cpu_grpo_demo")
     nb = nbformat.read(ROOT / "notebooks" / "05_sync_training_loop.ipynb", 4)
     cell = next(c for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     values = {}
     for node in ast.parse(cell.source).body:
         name = node.targets[0].id
         value = node.value
-        if isinstance(value, ast.Call):  # config.pick(full, fast): the full value
+        if isinstance(value, ast.Call):  # settings.full_or_fast(full, fast): full
             value = value.args[0]
-        values[name] = ast.literal_eval(value)
-    preset = bench.PRESETS["notebook"]
+        if isinstance(value, ast.Constant):  # base_model names settings.SMOLLM2
+            values[name] = value.value
+    preset = presets.NOTEBOOK  # what bench/cpu_grpo_demo.py --preset notebook runs
     for key in (
         "steps",
         "batch_size",
@@ -67,7 +60,7 @@ def test_the_shipped_run_is_notebook_05s_defaults():
         assert values[key] == preset[key], key
     # the recorded run was made with every setting of the preset, max_tokens and
     # temperature included
-    settings = reference.load_run().meta["settings"]
+    settings = recorded_runs.load_run().meta["settings"]
     assert set(preset) <= set(settings), set(preset) - set(settings)
     for key, value in preset.items():
         if key == "reward":  # recorded under an earlier name of the same function
@@ -78,9 +71,9 @@ def test_the_shipped_run_is_notebook_05s_defaults():
 
 def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():
     """Notebook 07's labelled experiment: the same settings, the article's reward."""
-    defaults = reference.load_run()
-    shaped = reference.load_run("shaped-reward")
-    assert reference.check_run(shaped) == []
+    defaults = recorded_runs.load_run()
+    shaped = recorded_runs.load_run("shaped-reward")
+    assert recorded_runs.check_run(shaped) == []
     assert shaped.meta["settings"]["reward"] == "shaped"
     reward = defaults.meta["settings"]["reward"]
     assert rewards.canonical_reward(reward) == presets.NOTEBOOK["reward"]
@@ -99,14 +92,14 @@ def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():
     assert "shaped-reward" in shaped.meta["command"]
     command = shaped.meta["command"].split()
     assert command[:2] == ["python", "bench/cpu_grpo_demo.py"]
-    settings = load_bench("cpu_grpo_demo").parse_args(command[2:]).settings
+    settings = {**presets.NOTEBOOK, **presets.NOTEBOOK_EVAL, "reward": "shaped"}
     for key, value in settings.items():
         if key in theirs:
             assert theirs[key] == value, key
 
 
 def test_a_damaged_run_is_refused(tmp_path):
-    run = reference.load_run()
+    run = recorded_runs.load_run()
     copy = tmp_path / "copy"
     copy.mkdir()
     for path in run.path.iterdir():
@@ -115,29 +108,29 @@ def test_a_damaged_run_is_refused(tmp_path):
     meta["summary"]["exact"]["after"] += 0.01
     (copy / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ValueError, match="the records give"):
-        reference.load_run(copy)
+        recorded_runs.load_run(copy)
     (copy / "metrics.jsonl").unlink()
     with pytest.raises(ValueError, match="missing metrics.jsonl"):
-        reference.load_run(copy)
+        recorded_runs.load_run(copy)
     with pytest.raises(FileNotFoundError, match="shipped runs"):
-        reference.load_run("no-such-run")
+        recorded_runs.load_run("no-such-run")
 
 
 @pytest.mark.parametrize("name", ["notebook-defaults", "shaped-reward"])
 def test_the_shipped_runs_say_they_used_the_dequantised_gguf(name):
     """The recorded runs keep the GGUF, and say so: in their caption (under every
     figure that shows them) and in words."""
-    run = reference.load_run(name)
-    assert run.meta["settings"]["base_model"] == presets.SMOLLM2
+    run = recorded_runs.load_run(name)
+    assert run.meta["settings"]["base_model"] == SMOLLM2
     assert run.caption.endswith(", SmolLM2-135M-Instruct (4-bit GGUF, dequantised)")
     assert "4-bit (Q4_1) GGUF" in run.model and "dequantised" in run.model
     assert "not compared with the original weights" in run.model
 
 
 def test_write_run_records_the_model_in_words_and_its_files_hash(tmp_path):
-    run = reference.load_run()
-    settings = {**run.meta["settings"], "base_model": presets.SMOLLM2}
-    reference.write_run(
+    run = recorded_runs.load_run()
+    settings = {**run.meta["settings"], "base_model": SMOLLM2}
+    recorded_runs.write_run(
         tmp_path / "copy",
         command="python bench/cpu_grpo_demo.py --test",
         settings=settings,
@@ -147,13 +140,13 @@ def test_write_run_records_the_model_in_words_and_its_files_hash(tmp_path):
         trained=run.trained,
     )
     meta = json.loads((tmp_path / "copy" / "meta.json").read_text())
-    assert meta["model"] == provenance.model_words(presets.SMOLLM2)
+    assert meta["model"] == provenance.model_words(SMOLLM2)
     assert len(meta["provenance"]["model_file"]["sha256"]) == 64
-    assert reference.load_run(tmp_path / "copy").model == meta["model"]
+    assert recorded_runs.load_run(tmp_path / "copy").model == meta["model"]
 
 
 def test_the_run_curves_plot_both_runs_with_their_labels():
-    run = reference.load_run()
+    run = recorded_runs.load_run()
     axes = plotting.plot_run_curves(
         {"your run": run.metrics.head(3), run.label: run.metrics}
     )
@@ -175,32 +168,26 @@ def test_the_run_curves_plot_both_runs_with_their_labels():
 def test_the_training_notebooks_plot_the_recorded_run(stem):
     nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", 4)
     source = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
-    assert "reference.load_run()" in source
+    assert "recorded_runs.load_run()" in source
     assert "recorded.label" in source
 
 
 def test_the_bench_writes_a_recorded_run(tmp_path):
     """The smoke mode of the bench writes the schema the notebooks read."""
-    bench = load_bench("cpu_grpo_demo")
     target = tmp_path / "recorded"
-    bench.main(
-        [
-            "--quick",
-            "--out",
-            str(tmp_path / "results"),
-            "--runs",
-            str(tmp_path / "runs"),
-            "--record",
-            str(target),
-        ]
+    run_bench(
+        "cpu_grpo_demo",
+        *["--quick", "--out", str(tmp_path / "results")],
+        *["--runs", str(tmp_path / "runs"), "--record", str(target)],
     )
-    run = reference.load_run(target)
-    assert reference.check_run(run) == []
+    run = recorded_runs.load_run(target)
+    assert recorded_runs.check_run(run) == []
     assert run.meta["command"].startswith("python bench/cpu_grpo_demo.py --quick")
-    assert len(run.base) == bench.PRESETS["quick"]["eval_n"]
+    assert len(run.base) == presets.FAST_EVAL["eval_questions"]
     # the run was scored after its first step too, then resumed to the end
     assert run.meta["early_step"] == 1 and len(run.early) == len(run.base)
-    assert list(run.metrics["step"]) == list(range(bench.PRESETS["quick"]["steps"]))
+    steps = presets.FAST_NOTEBOOK["steps"]
+    assert list(run.metrics["step"]) == list(range(steps))
     # the prompt-only baselines: the same questions as the base row, graded alike
     for prompt in ("zero-shot", "arithmetic example"):
         records = run.evals[prompt]
@@ -212,11 +199,11 @@ def test_the_bench_writes_a_recorded_run(tmp_path):
         ]
         assert list(records["exact"]) == regraded
     # and both models on GSM8K's own test questions
-    gsm8k = data.load_gsm8k("test", limit=bench.PRESETS["quick"]["gsm8k_n"])
+    gsm8k = data.load_gsm8k("test", limit=presets.FAST_EVAL["gsm8k_questions"])
     for model in ("base", "trained"):
         assert list(run.evals[f"gsm8k {model}"]["question"]) == gsm8k["question"]
     # every seed's run is kept beside its JSON, as the --record copy
-    kept = reference.load_run(tmp_path / "results" / "quick-seed0")
+    kept = recorded_runs.load_run(tmp_path / "results" / "quick-seed0")
     assert list(kept.trained["completion"]) == list(run.trained["completion"])
 
 
@@ -232,7 +219,7 @@ def test_the_recorded_ablation_is_todays_baseline_with_one_change_per_run():
         assert ("baseline", seed) in seen, seed
     skip = {"run_dir", "weights_name"}
     for record in results:
-        expected = reference.relative_paths(
+        expected = recorded_runs.relative_paths(
             ablation.variant_config(record["variant"], record["seed"]).to_dict()
         )
         settings = dict(record["settings"])  # an earlier name of the same reward

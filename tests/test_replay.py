@@ -1,16 +1,14 @@
 """Rerunning a recorded run: the replay reproduces an unchanged run step for step,
-and names the first step of a changed one (grpo_helpers.replay)."""
+and names the first step of a changed one (grpo_helpers.results.replay)."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pandas as pd
 import pytest
 
-from grpo_helpers import presets, provenance, replay, training
-from grpo_helpers.config import GRPOConfig
+from grpo_helpers.results import replay
 
 
 def _frame(rewards, grads):
@@ -49,21 +47,9 @@ def test_record_threads_reads_the_provenance_or_the_hardware_line():
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
     """Three steps of the tiny model, recorded as the ablation bench records."""
-    folder = tmp_path_factory.mktemp("record")
-    config = GRPOConfig(
-        backend="local",
-        **(presets.NOTEBOOK | presets.FAST_NOTEBOOK | {"steps": 3}),
-        run_dir=str(folder / "recorded"),
-        weights_name="recorded",
-        save_every=1,
-    )
-    result = training.train_sync(config, overwrite=True, progress=False)
-    record = {
-        "settings": config.to_dict(),
-        "metrics": json.loads(result.metrics.to_json(orient="records")),
-        "provenance": provenance.record(config.base_model),
-    }
-    assert result.metrics["updated"].any()  # a step with a gradient to compare
+    record = replay.record_run(tmp_path_factory.mktemp("record"), steps=3)
+    # a step with a gradient to compare
+    assert any(step["updated"] for step in record["metrics"])
     return record
 
 

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from strategies import boxy_strategy, boxy_texts
 
 from grpo_helpers import rewards
+from grpo_helpers.data import normalize_answer
 from grpo_helpers.rewards import (
     DEMO_BOXED_REGEX,
     REWARD_FUNCTIONS,
@@ -24,7 +25,6 @@ from grpo_helpers.rewards import (
     extract_last_number,
     get_reward_fn,
     grade_answer,
-    normalize_answer,
     parse_number,
     right_answer_reward,
     shaped_reward,
@@ -450,7 +450,7 @@ def test_last_number_of_adversarial_megabytes() -> None:
 def test_rewards_and_lenient_grade_read_the_answer_alike(text: str, gold: int) -> None:
     """read_answer is the one reading of an answer: the box, else the last number;
     the right-answer reward and the evaluation's grade follow it."""
-    from grpo_helpers.evaluation import _grade_text
+    from grpo_helpers.results.evaluation import _grade_text
 
     answer, boxed = rewards.read_answer(text)
     assert boxed == (extract_boxed(text) is not None)

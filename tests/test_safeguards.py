@@ -16,24 +16,15 @@ import dataclasses
 
 import pytest
 from spies import EngineSpy
+from tiny import tiny
 
-from grpo_helpers import cli, run_files, step_math, training, trl_mapping
-from grpo_helpers.config import GRPOConfig
+from grpo_helpers import cli, run_files, step_math, training
+from grpo_helpers.config import GRPOConfig, from_arguments
 from grpo_helpers.datum import RolloutSample
 from grpo_helpers.engines import connect
+from grpo_helpers.trl import mapping
 
-TINY = dict(
-    base_model="tiny-random",
-    dataset="arithmetic",
-    backend="local",
-    steps=1,
-    batch_size=2,
-    group_size=4,
-    max_tokens=6,
-    lora_rank=4,
-    reward="shaped",  # tiny-random's groups then earn different rewards
-    save_every=0,
-)
+TINY = tiny(steps=1)
 
 
 # ----------------------------------------------------------------------------------
@@ -209,9 +200,9 @@ def test_bad_values_are_refused_by_name(field, value):
 def test_the_command_line_sets_both():
     parser = cli.build_parser()
     args = parser.parse_args(["train", "--mask-truncated", "--grad-clip-norm", "1.5"])
-    config = cli.config_from_args(args)
+    config = from_arguments(args)
     assert config.mask_truncated is True and config.grad_clip_norm == 1.5
-    default = cli.config_from_args(parser.parse_args(["train"]))
+    default = from_arguments(parser.parse_args(["train"]))
     assert default.mask_truncated is False and default.grad_clip_norm == 0.0
 
 
@@ -219,19 +210,15 @@ def test_trl_mapping():
     base = GRPOConfig(
         batch_size=2, group_size=8, max_tokens=48, temperature=0.6, backend="local"
     )
-    settings = trl_mapping.trl_settings(base, "cpu")
+    settings = mapping.trl_settings(base, "cpu")
     assert settings["mask_truncated_completions"] is False
     assert settings["max_grad_norm"] == 0.0
     on = dataclasses.replace(base, mask_truncated=True, grad_clip_norm=2.0)
-    settings = trl_mapping.trl_settings(on, "cpu")
+    settings = mapping.trl_settings(on, "cpu")
     assert settings["mask_truncated_completions"] is True
     # TRL's loss is the series' divided by c: it clips its gradient at 2 / c
-    assert settings["max_grad_norm"] == pytest.approx(2.0 / trl_mapping.loss_scale(on))
+    assert settings["max_grad_norm"] == pytest.approx(2.0 / mapping.loss_scale(on))
     mean = dataclasses.replace(on, normalization="sequence_mean")
-    assert trl_mapping.trl_settings(mean, "cpu")["max_grad_norm"] == pytest.approx(
-        2 / 16
-    )
-    assert trl_mapping.FIELD_RULES["mask_truncated"].trl == (
-        "mask_truncated_completions",
-    )
-    assert trl_mapping.FIELD_RULES["grad_clip_norm"].trl == ("max_grad_norm",)
+    assert mapping.trl_settings(mean, "cpu")["max_grad_norm"] == pytest.approx(2 / 16)
+    assert mapping.FIELD_RULES["mask_truncated"].trl == ("mask_truncated_completions",)
+    assert mapping.FIELD_RULES["grad_clip_norm"].trl == ("max_grad_norm",)

@@ -8,6 +8,7 @@ import math
 from pathlib import Path
 
 import pytest
+from tiny import tiny, tiny_flags
 
 from grpo_helpers import tracking, training
 from grpo_helpers.cli import main as cli_main
@@ -37,20 +38,11 @@ def swanlab_start(log_dir: Path):
 def test_a_run_logs_to_swanlab_offline_and_reads_back(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # SwanLab writes nothing outside the run directory
     config = GRPOConfig(
-        base_model="tiny-random",
-        backend="local",
-        dataset="arithmetic",
-        steps=2,
-        batch_size=2,
-        group_size=4,
-        max_tokens=6,
-        lora_rank=4,
-        reward="shaped",
+        **tiny(),
         swanlab=True,
         swanlab_project="trio-case",
         swanlab_experiment_name="grpo-gsm8k",
         run_dir=str(tmp_path / "run"),
-        save_every=0,
     )
     assert config.swanlab_mode == "offline"
     result = training.train_sync(config, progress=False)
@@ -74,22 +66,14 @@ def test_the_cli_flags_of_the_demo_scripts_reach_swanlab(tmp_path, monkeypatch):
     code = cli_main(
         [
             "train",
-            "--base-model",
-            "tiny-random",
-            "--backend",
-            "local",
-            "--dataset",
-            "arithmetic",
-            "--steps",
-            "1",
-            "--batch-size",
-            "1",
-            "--group-size",
-            "2",
-            "--max-tokens",
-            "4",
-            "--lora-rank",
-            "4",
+            *tiny_flags(
+                steps=1,
+                batch_size=1,
+                group_size=2,
+                max_tokens=4,
+                reward="binary",
+                save_every=1,
+            ),
             "--swanlab",
             "--swanlab-project",
             "my-project",

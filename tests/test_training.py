@@ -16,13 +16,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import torch
-from benches import load_bench
+from tiny import tiny
 
-from grpo_helpers import run_files, training
+from grpo_helpers import run_files, settings, training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 from grpo_helpers.local import checkpoints
+from grpo_helpers.results import recorded_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,17 +41,9 @@ def subprocess_env(**extra: str) -> dict[str, str]:
     }
 
 
-TINY = dict(
-    base_model="tiny-random",
-    dataset="arithmetic",
-    steps=2,
-    batch_size=2,
-    group_size=2,
-    max_tokens=6,
-    lora_rank=4,
-    learning_rate=1e-3,
-    backend="local",
-)
+#: The tests' tiny run with 2 completions a group, the binary reward and a
+#: checkpoint every step.
+TINY = tiny(group_size=2, learning_rate=1e-3, reward="binary", save_every=1)
 
 METRIC_COLUMNS = {
     "step",
@@ -180,7 +173,7 @@ def test_all_degenerate_batch_makes_no_training_call(tmp_path, service):
     # A random model never writes \boxed{the right answer}: with the binary reward
     # every group is all zeros, so no step has datums.
     counting = CountingService(service)
-    config = GRPOConfig(**TINY, reward="binary", run_dir=str(tmp_path / "run"))
+    config = GRPOConfig(**TINY, run_dir=str(tmp_path / "run"))  # binary
     result = training.train_sync(config, counting, progress=False)
     assert (result.metrics["frac_degenerate"] == 1.0).all()
     assert (result.metrics["datums"] == 0).all()
@@ -439,12 +432,13 @@ KILLER = textwrap.dedent(
     """
     import os, signal, sys
     from grpo_helpers import cli, run_files, training
+    from grpo_helpers.config import from_arguments
 
     flags, mode, reference, killed = sys.argv[1:-3], *sys.argv[-3:]
 
     def config(run_dir):
         parser = cli.build_parser()
-        return cli.config_from_args(
+        return from_arguments(
             parser.parse_args(["train", *flags, "--run-dir", run_dir])
         )
 
@@ -560,19 +554,7 @@ KILL_AT = textwrap.dedent(
     """
 )
 #: The runs the kills are tried on: 4 steps whose optimizer state matters.
-KILLED = dict(
-    base_model="tiny-random",
-    dataset="arithmetic",
-    backend="local",
-    steps=4,
-    batch_size=2,
-    group_size=4,
-    max_tokens=6,
-    lora_rank=4,
-    learning_rate=1e-2,
-    reward="shaped",
-    seed=3,
-)
+KILLED = tiny(steps=4, learning_rate=1e-2, seed=3, save_every=1)
 
 
 @pytest.fixture(scope="module")
@@ -580,7 +562,7 @@ def uninterrupted(tmp_path_factory):
     """The run every killed one must give after its resume (save_every changes
     no result: it is one of the settings a resume may change)."""
     run_dir = tmp_path_factory.mktemp("uninterrupted") / "run"
-    config = GRPOConfig(**KILLED, save_every=1, run_dir=str(run_dir))
+    config = GRPOConfig(**KILLED, run_dir=str(run_dir))
     training.train(config, "sync", progress=False)
     return run_dir
 
@@ -609,7 +591,7 @@ def test_a_run_killed_anywhere_resumes_to_the_same_training(
     and 3, which by step parity shared one state name: the kill after step 3's
     state left checkpoint.json naming step 1 over step 3's weights.)"""
     killed = tmp_path / "killed"
-    config = GRPOConfig(**KILLED, save_every=save_every, run_dir=str(killed))
+    config = GRPOConfig(**(KILLED | {"save_every": save_every}), run_dir=str(killed))
     run = subprocess.run(
         [sys.executable, "-c", KILL_AT, json.dumps(config.to_dict()), where, str(at)],
         env=subprocess_env(),
@@ -640,7 +622,7 @@ def test_fast_runs_never_share_a_directory_with_full_runs(fast):
     that notebook 07 evaluates: fast runs live under ``runs/fast/``."""
     import dataclasses
 
-    from grpo_helpers.config import SETTINGS
+    from grpo_helpers.settings import SETTINGS
 
     settings = dataclasses.replace(SETTINGS, fast=fast)
     runs = settings.runs_dir
@@ -684,7 +666,7 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
             "frac_degenerate": [1.0] * 20 + [0.5] * 10,
         }
     )
-    text = run_files.stall(waiting)
+    text = run_files.stall_warning(waiting)
     assert text.startswith("This run may not have taken off: 7 of its 30 steps made ")
     assert "an update, 4 of its last 10, and 83% of its groups were degenerate" in text
     assert "last 10 steps 3% of the completions" in text
@@ -692,23 +674,25 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
     samples = pd.DataFrame(
         {"step": [29] * 4, "text": ["\\boxed{3}"] * 3 + ["2 + 1 = 3. \\boxed{3}"]}
     )
-    with_samples = run_files.stall(waiting, samples)
+    with_samples = run_files.stall_warning(waiting, samples)
     assert "and 75% were a bare box such as `\\boxed{1}`" in with_samples
     # half the steps updated, or more than half of the last ten: not a stall
-    assert run_files.stall(waiting.assign(updated=[False, True] * 15)) is None
+    assert run_files.stall_warning(waiting.assign(updated=[False, True] * 15)) is None
     late = waiting.assign(updated=[False] * 24 + [True] * 6)
-    assert run_files.stall(late) is None  # a run taking off late
-    assert run_files.stall(waiting.assign(updated=[False] * 25 + [True] * 5))
+    assert run_files.stall_warning(late) is None  # a run taking off late
+    assert run_files.stall_warning(waiting.assign(updated=[False] * 25 + [True] * 5))
     # too short, or recorded before the columns existed: nothing to say
-    assert run_files.stall(waiting.head(9)) is None
-    assert run_files.stall(waiting.drop(columns="updated")) is None
+    assert run_files.stall_warning(waiting.head(9)) is None
+    assert run_files.stall_warning(waiting.drop(columns="updated")) is None
     # updates stored as 0/1 count the same; a missing value is no update
-    assert run_files.stall(waiting.assign(updated=waiting["updated"].astype(int)))
+    assert run_files.stall_warning(
+        waiting.assign(updated=waiting["updated"].astype(int))
+    )
     gaps = waiting.assign(updated=[float("nan")] * 16 + [1.0, 0.0] * 7)
-    assert "7 of its 30 steps" in run_files.stall(gaps)
+    assert "7 of its 30 steps" in run_files.stall_warning(gaps)
     # two runs in one frame are refused, not read as one
     with pytest.raises(ValueError, match="repeat a step"):
-        run_files.stall(pd.concat([waiting, waiting]))
+        run_files.stall_warning(pd.concat([waiting, waiting]))
 
 
 #: Final-split runs of notebook 05's defaults, each with its per-step metrics.
@@ -754,9 +738,10 @@ def bare_count(samples) -> int:
 
 
 def test_stall_quotes_what_the_recorded_stalls_did():
-    """The bare-box shares and the resumed runs' held-out accuracy that ``stall``'s
-    paragraph and the README quote are the records': seeds 2 and 9 (which stalled)
-    against every final seed that learned, what their rewards paid for, the two runs
+    """The bare-box shares and the resumed runs' held-out accuracy that
+    ``stall_warning``'s paragraph and the README quote are the records': seeds 2 and 9
+    (which stalled) against every final seed that learned, what their rewards paid for,
+    the two runs
     resumed from 30 to 40 steps, and the two started again with groups of 16."""
     import pandas as pd
 
@@ -777,7 +762,9 @@ def test_stall_quotes_what_the_recorded_stalls_did():
     assert len(learned) >= 9
     assert f"{max(learned):.1%}" == run_files.LEARNED_BARE
     assert max(learned) < min(stalled)
-    text = run_files.stall(run_files.load_metrics(FINAL_RUNS / "notebook-seed9"))
+    text = run_files.stall_warning(
+        run_files.load_metrics(FINAL_RUNS / "notebook-seed9")
+    )
     assert f"{run_files.STALLED_BARE} of the recorded completions" in text
     resumed = []
     for seed in (2, 9):
@@ -839,22 +826,22 @@ def test_stall_quotes_what_the_recorded_stalls_did():
     metrics = pd.DataFrame(
         run_files.read_jsonl(WORKED_FINAL / "notebook-seed15/metrics.jsonl")
     )
-    assert 'reward = "shown_work"' in run_files.stall(metrics, reward="binary")
+    assert 'reward = "shown_work"' in run_files.stall_warning(metrics, reward="binary")
     for reward in ("shown_work", "worked", "worked_v2"):
-        assert "reward = " not in run_files.stall(metrics, reward=reward)
+        assert "reward = " not in run_files.stall_warning(metrics, reward=reward)
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
     """Every recorded run of notebook 05's settings (the binary final seeds and the
     worked_v2 seeds) and of both ablations (the first, on binary, kept in
-    bench/results/ablation-binary/; the current one): ``stall`` speaks for every run
-    whose held-out exact accuracy gained under 5 points (binary seed 2 of the
+    bench/results/ablation-binary/; the current one): ``stall_warning`` speaks for every
+    run whose held-out exact accuracy gained under 5 points (binary seed 2 of the
     baseline, of sequence-mean and of Dr. GRPO's constant; binary final seed 9), and
     for one run that learned, binary final seed 10, set after the rule was: its
     false alarm, which its docstring and paragraph quote."""
     import pandas as pd
 
-    from grpo_helpers import ablation
+    from grpo_helpers.results import ablation
 
     gains, flagged = {}, set()
     for prefix, results in (
@@ -866,7 +853,7 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
             name = f"{prefix}{result['variant']} seed {result['seed']}"
             held_out = result["held_out"]
             gains[name] = held_out[-1]["exact"] - held_out[0]["exact"]
-            if run_files.stall(pd.DataFrame(result["metrics"])) is not None:
+            if run_files.stall_warning(pd.DataFrame(result["metrics"])) is not None:
                 flagged.add(name)
     for prefix, folder, count in (
         ("final", FINAL_RUNS, 10),
@@ -880,7 +867,7 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
             exact = result["summary"]["exact"]
             gains[name] = exact["after"] - exact["before"]
             metrics = run_files.load_metrics(folder / f"notebook-seed{result['seed']}")
-            if run_files.stall(metrics) is not None:
+            if run_files.stall_warning(metrics) is not None:
                 flagged.add(name)
     stalled = {name for name, gain in gains.items() if gain < 0.05}
     assert {"binary baseline seed 2", "final seed 9"} <= stalled
@@ -890,18 +877,16 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
 
 
 def test_runs_root_is_the_project_runs_folder_unless_moved(monkeypatch, tmp_path):
-    from grpo_helpers import config
-
     monkeypatch.delenv("GRPO_RUNS_ROOT", raising=False)
-    assert config._read_settings().runs_dir == config.SETTINGS.project_root / "runs"
+    assert settings._read_settings().runs_dir == settings.SETTINGS.project_root / "runs"
     monkeypatch.setenv("GRPO_RUNS_ROOT", str(tmp_path / "elsewhere"))
-    assert config._read_settings().runs_dir == tmp_path / "elsewhere"
+    assert settings._read_settings().runs_dir == tmp_path / "elsewhere"
 
 
 def test_this_session_writes_no_run_into_the_project(session_runs_dir):
     """tests/conftest.py moved every default run folder to a temporary one."""
-    from grpo_helpers.config import SETTINGS
     from grpo_helpers.local.service import default_run_dir
+    from grpo_helpers.settings import SETTINGS
 
     project_runs = SETTINGS.project_root / "runs"
     assert SETTINGS.runs_dir == session_runs_dir.resolve()
@@ -920,7 +905,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
     """bench/results/worked-final/README.md: the one seed that did not clear the
     bar made 4 updates, 12 of its 480 completions were right and boxed, 8 paid;
     three of the unpaid four used bracketed units; no bare boxes at the end; and
-    run_files.stall speaks for seeds 14 and 15 only."""
+    run_files.stall_warning speaks for seeds 14 and 15 only."""
     text = " ".join((WORKED_FINAL / "README.md").read_text().split())
     flagged, bracketed = set(), {}
     for seed in (12, 13, 14, 15, 16, 17):
@@ -932,7 +917,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
         right = every[every["exact"] == 1.0]
         unpaid = right[right["reward"] == 0.0]
         bracketed[seed] = sum(bool(BRACKETED.search(t)) for t in unpaid["text"])
-        if run_files.stall(metrics, every) is not None:
+        if run_files.stall_warning(metrics, every) is not None:
             flagged.add(seed)
         if seed == 15:
             assert (len(right), int((right["reward"] > 0).sum()), len(unpaid)) == (
@@ -954,6 +939,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
     assert all(1 <= bracketed[s] <= 3 for s in (12, 13, 16, 17)), bracketed
     assert "one to three right, boxed answers written with bracketed units" in text
     assert flagged == {14, 15}
+    # the record, dated, names the function as it was then called
     assert "`run_files.stall` speaks for seeds 14 and 15" in text
 
 
@@ -984,8 +970,7 @@ def test_binary_same_seeds_readme_quotes_the_records():
     assert (
         f"{run_files.bare_boxes(every):.0%} of its completions in the last ten" in text
     )
-    bench = load_bench("paired_runs")
-    pooled = bench.compare(
+    pooled = recorded_runs.paired_flips(
         [WORKED_FINAL / f"notebook-seed{s}" for s in seeds],
         [BINARY_SAME / f"notebook-seed{s}" for s in seeds],
     )

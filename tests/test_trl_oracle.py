@@ -2,7 +2,7 @@
 
 Nothing outside the series checked its loss arithmetic; TRL's ``GRPOTrainer`` now
 does. Each test builds a *real* TRL 1.16 trainer on tiny-random, with the settings
-``grpo_helpers.trl_mapping`` maps the series' run to, and calls TRL's own code:
+``grpo_helpers.trl.mapping`` maps the series' run to, and calls TRL's own code:
 
 * the loss: ``GRPOTrainer._compute_loss``, the method ``compute_loss`` calls. It
   gets its current logprobs from ``_get_per_token_logps_and_entropies``; that one
@@ -18,7 +18,7 @@ The series' side is the local engine's ``forward`` on Datums built by
 degenerate groups of the real loop), and the engine's per-token losses
 (``local.losses.token_loss``) for the gradients.
 
-Each known difference (``trl_mapping.KNOWN_DIFFERENCES``) names the test here that pins
+Each known difference (``mapping.KNOWN_DIFFERENCES``) names the test here that pins
 it: matched by the mapping, or asserted as a relation.
 """
 
@@ -36,12 +36,13 @@ import torch
 from needs_trl import import_trl
 
 from grpo_helpers import advantages as adv
-from grpo_helpers import datum, step_math, trl_mapping
+from grpo_helpers import datum, step_math
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.datum import RolloutSample
 from grpo_helpers.engines import connect
 from grpo_helpers.local import losses
 from grpo_helpers.local.models import load_model, pretrained_dir
+from grpo_helpers.trl import mapping
 
 trl = import_trl()
 from datasets import Dataset  # noqa: E402  (a TRL dependency)
@@ -74,7 +75,7 @@ def fixed_reward(completions, reward, **_):
 def trl_trainer(tmp_path, config: GRPOConfig, rewards=None, **settings):
     """A real GRPOTrainer on tiny-random with the export's settings for ``config``
     (``settings`` override them)."""
-    values = trl_mapping.trl_settings(config, "cpu")
+    values = mapping.trl_settings(config, "cpu")
     values |= {
         "output_dir": str(tmp_path / "trl"),
         "reward_weights": [1.0],
@@ -234,18 +235,18 @@ def test_trl_losses_equal_the_series_for_every_normalisation(
     tmp_path, normalization, batch_size, scale
 ):
     """mu = 1, the series' loop: TRL's loss_type for each normalisation gives the
-    engine's loss_sum divided by trl_mapping.loss_scale, and the same gradient."""
+    engine's loss_sum divided by mapping.loss_scale, and the same gradient."""
     assert trl.GRPOConfig.__dataclass_fields__["loss_type"].default == "dapo"
     config = series_config(
         normalization=normalization, batch_size=batch_size, advantage_scale=scale
     )
-    settings = trl_mapping.trl_settings(config, "cpu")
-    assert settings["loss_type"] == trl_mapping.LOSS_TYPES[normalization]
+    settings = mapping.trl_settings(config, "cpu")
+    assert settings["loss_type"] == mapping.LOSS_TYPES[normalization]
     side = series_side(tmp_path, config)
     trainer = trl_trainer(tmp_path, config)
     current = side["current"].clone().requires_grad_(True)
     loss = trl_loss(trainer, current, side["mask"], side["advantages"])
-    c = trl_mapping.loss_scale(config)
+    c = mapping.loss_scale(config)
     assert side["loss_sum"] == pytest.approx(c * loss.item(), rel=1e-5, abs=1e-6)
     loss.backward()
     np.testing.assert_allclose(
@@ -269,7 +270,7 @@ def test_trl_clipped_loss_equals_the_series_ppo_at_mu_2(
         clip_low=0.85,
         clip_high=1.1,
     )
-    settings = trl_mapping.trl_settings(config, "cpu")
+    settings = mapping.trl_settings(config, "cpu")
     assert (settings["num_iterations"], settings["epsilon"]) == (2, 0.15)
     assert settings["epsilon_high"] == pytest.approx(0.1)
     side = series_side(tmp_path, config, old_shift=0.5)
@@ -282,7 +283,7 @@ def test_trl_clipped_loss_equals_the_series_ppo_at_mu_2(
     trainer = trl_trainer(tmp_path, config)
     current = side["current"].clone().requires_grad_(True)
     loss = trl_loss(trainer, current, side["mask"], side["advantages"], side["old"])
-    c = trl_mapping.loss_scale(config)
+    c = mapping.loss_scale(config)
     assert side["loss_sum"] == pytest.approx(c * loss.item(), rel=1e-5, abs=1e-6)
     loss.backward()
     np.testing.assert_allclose(
@@ -292,7 +293,7 @@ def test_trl_clipped_loss_equals_the_series_ppo_at_mu_2(
 
 def test_trl_cispo_equals_the_series_cispo_for_one_group(tmp_path):
     config = series_config(loss_fn="cispo", normalization="token_mean", batch_size=1)
-    assert trl_mapping.trl_settings(config, "cpu")["epsilon_high"] == config.clip_high
+    assert mapping.trl_settings(config, "cpu")["epsilon_high"] == config.clip_high
     side = series_side(tmp_path, config)
     trainer = trl_trainer(tmp_path, config)
     current = side["current"].clone().requires_grad_(True)
@@ -329,7 +330,7 @@ def test_trl_kl_against_the_series_kl_penalty(
     config = series_config(
         kl_coef=beta, normalization=normalization, batch_size=batch_size
     )
-    assert trl_mapping.trl_settings(config, "cpu")["beta"] == beta
+    assert mapping.trl_settings(config, "cpu")["beta"] == beta
     gen = torch.Generator().manual_seed(4)
     prompts, completions, _ = fixed_batch(config)
     lengths = [len(c) for group in completions for c in group]
@@ -367,7 +368,7 @@ def test_trl_kl_against_the_series_kl_penalty(
         scales += adv.length_scales(group, normalization, config.max_tokens)
     s = torch.tensor(scales)[:, None] * mask
     d = (padded(sampled, width) - padded(reference, width)) * mask
-    c = trl_mapping.loss_scale(config)
+    c = mapping.loss_scale(config)
     expected = d if bias_correction else (1 - torch.exp(-d)) * mask
     np.testing.assert_allclose(
         c * current.grad.numpy(), (beta * expected * s).numpy(), atol=1e-6
@@ -474,8 +475,8 @@ def test_trl_defaults_assume_a_gpu_and_the_cpu_export_turns_them_off(tmp_path):
         with pytest.raises(ValueError, match="bf16/gpu"):
             trl.GRPOConfig(output_dir=str(tmp_path))
     config = series_config()
-    cpu = trl_mapping.trl_settings(config, "cpu")
-    gpu = trl_mapping.trl_settings(config, "gpu")
+    cpu = mapping.trl_settings(config, "cpu")
+    gpu = mapping.trl_settings(config, "gpu")
     assert (cpu["bf16"], cpu["activation_checkpointing"], cpu["use_cpu"]) == (
         False,
         False,
@@ -494,10 +495,10 @@ def test_the_trl_extra_needs_python_3_11():
 
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     extra = pyproject["project"]["optional-dependencies"]["trl"]
-    assert extra == [f"trl=={trl_mapping.TRL_VERSION}"]
+    assert extra == [f"trl=={mapping.TRL_VERSION}"]
     assert importlib.metadata.metadata("trl")["Requires-Python"] == ">=3.11"
     assert pyproject["project"]["requires-python"] == ">=3.11"
-    assert importlib.metadata.version("trl") == trl_mapping.TRL_VERSION
+    assert importlib.metadata.version("trl") == mapping.TRL_VERSION
     assert sys.version_info >= (3, 11)
 
 
@@ -505,7 +506,7 @@ def test_trl_refuses_an_adapter_on_lm_head(tmp_path):
     from peft import LoraConfig
 
     config = series_config()
-    values = trl_mapping.trl_settings(config, "cpu") | {
+    values = mapping.trl_settings(config, "cpu") | {
         "output_dir": str(tmp_path),
         "reward_weights": [1.0],
     }
@@ -524,6 +525,6 @@ def test_trl_refuses_an_adapter_on_lm_head(tmp_path):
 
 def test_every_known_difference_names_a_test_of_this_file():
     names = {name for name in globals() if name.startswith("test_")}
-    for difference in trl_mapping.KNOWN_DIFFERENCES:
+    for difference in mapping.KNOWN_DIFFERENCES:
         assert difference.test in names, difference
-    assert dataclasses.is_dataclass(trl_mapping.KNOWN_DIFFERENCES[0])
+    assert dataclasses.is_dataclass(mapping.KNOWN_DIFFERENCES[0])

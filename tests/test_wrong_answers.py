@@ -4,14 +4,14 @@ For every code exercise of the series, named by the function (or value) the lear
 writes, never by its notebook's file name (notebooks get renumbered): the reference
 solution passes the check, and at least three named wrong answers fail it, in
 strict mode (``GRPO_STRICT_CHECKS=1``: a failed check raises ``AssertionError``;
-here ``checks.SETTINGS`` is patched to it, since the environment is read once).
+here ``self_checks.SETTINGS`` is patched to it, since the environment is read once).
 
 Which check: where a notebook's self-check cell needs nothing but its notebook's
 opening imports, that cell itself, found after the exercise cell that defines the
 name in whichever notebook holds it; the package's check otherwise
-(``grpo_helpers.checks`` and ``grpo_helpers.engine_checks``), called as the
-notebooks' one-line self-check cells call it. No notebook is executed here; the
-engine checks run the local engine on the tiny-random model.
+(``grpo_helpers.classroom.self_checks`` and ``grpo_helpers.classroom.against_engine``),
+called as the notebooks' one-line self-check cells call it. No notebook is executed
+here; the engine checks run the local engine on the tiny-random model.
 
 The wrong answers are the slips a learner makes, among them those issue 36 found
 passing: ``looks_aligned`` starting at ``num_prompt_tokens``, ``flips_and_p``
@@ -42,9 +42,11 @@ import pytest
 import pytrio as trio
 import torch
 
-from grpo_helpers import checks, course, data, datum, engine_checks, prompts, stats
+from grpo_helpers import data, datum, prompts
+from grpo_helpers.classroom import against_engine, course, self_checks
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
+from grpo_helpers.results import stats
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -54,8 +56,8 @@ TINY = "tiny-random"
 @pytest.fixture(autouse=True)
 def strict(monkeypatch):
     """Strict mode, as under ``GRPO_STRICT_CHECKS=1``: a failed check raises."""
-    strict_settings = dataclasses.replace(checks.SETTINGS, strict_checks=True)
-    monkeypatch.setattr(checks, "SETTINGS", strict_settings)
+    strict_settings = dataclasses.replace(self_checks.SETTINGS, strict_checks=True)
+    monkeypatch.setattr(self_checks, "SETTINGS", strict_settings)
 
 
 # ----------------------------------------------------------------------------------
@@ -790,7 +792,7 @@ def loss_groups(prompt_batch, response):
 
 def _loss_check(loss_fn, **bounds):
     def run(answer, client, loss_groups):
-        engine_checks.loss_check(
+        against_engine.loss_check(
             "exercise", answer, client, loss_groups, loss_fn=loss_fn, **bounds
         )
 
@@ -799,7 +801,7 @@ def _loss_check(loss_fn, **bounds):
 
 def _grpo_step_check(answer, service, prompt_batch, response):
     fresh = service.create_lora_training_client(base_model=TINY, rank=4, seed=1)
-    engine_checks.grpo_step_check(
+    against_engine.grpo_step_check(
         "exercise",
         answer,
         fresh,
@@ -810,7 +812,7 @@ def _grpo_step_check(answer, service, prompt_batch, response):
 
 
 def _plain_step_check(answer, service, prompt_batch):
-    engine_checks.plain_step_check(
+    against_engine.plain_step_check(
         "exercise", answer, service, TINY, prompt_batch[0][0]
     )
 
@@ -818,7 +820,7 @@ def _plain_step_check(answer, service, prompt_batch):
 def _submitted_first_check(answer, client, prompt_batch):
     sampler = client.save_weights_and_get_sampling_client()
     tokens, params = prompt_batch
-    engine_checks.submitted_first_check("exercise", answer, sampler, tokens, params, 4)
+    against_engine.submitted_first_check("exercise", answer, sampler, tokens, params, 4)
 
 
 def _two_await_check(answer, service, prompt_batch, response):
@@ -831,7 +833,7 @@ def _two_await_check(answer, service, prompt_batch, response):
         for s, a in zip(response.sequences, [0.5, -0.5, 0.25, -0.25], strict=True)
     ]
     asyncio.run(
-        engine_checks.two_await_check(
+        against_engine.two_await_check(
             "exercise", answer, fresh, datums, trio.AdamParams(learning_rate=1e-4)
         )
     )
@@ -872,7 +874,7 @@ EXERCISES = {
         fixtures=("service", "prompt_batch", "response"),
     ),
     "step_summary": Exercise(
-        lambda answer: checks.step_summary_check("exercise", answer), STEP_SUMMARY
+        lambda answer: self_checks.step_summary_check("exercise", answer), STEP_SUMMARY
     ),
     "sample_submitted_first": Exercise(
         _submitted_first_check,
@@ -885,23 +887,26 @@ EXERCISES = {
         fixtures=("service", "prompt_batch", "response"),
     ),
     "gain_by_source": Exercise(
-        lambda answer: checks.gain_by_source_check("exercise", answer), GAIN_BY_SOURCE
+        lambda answer: self_checks.gain_by_source_check("exercise", answer),
+        GAIN_BY_SOURCE,
     ),
     "wilson_by_hand": Exercise(
-        lambda answer: checks.wilson_by_hand_check("exercise", answer), WILSON_BY_HAND
+        lambda answer: self_checks.wilson_by_hand_check("exercise", answer),
+        WILSON_BY_HAND,
     ),
     "flips_and_p": Exercise(
-        lambda answer: checks.flips_and_p_check("exercise", answer), FLIPS_AND_P
+        lambda answer: self_checks.flips_and_p_check("exercise", answer), FLIPS_AND_P
     ),
     "questions_needed": Exercise(
-        lambda answer: checks.questions_needed_check("exercise", answer),
+        lambda answer: self_checks.questions_needed_check("exercise", answer),
         QUESTIONS_NEEDED,
     ),
     "token_weights": Exercise(
-        lambda answer: checks.token_weights_check("exercise", answer), TOKEN_WEIGHTS
+        lambda answer: self_checks.token_weights_check("exercise", answer),
+        TOKEN_WEIGHTS,
     ),
     "k3_estimate": Exercise(
-        lambda answer: checks.k3_estimate_check("exercise", answer), K3_ESTIMATE
+        lambda answer: self_checks.k3_estimate_check("exercise", answer), K3_ESTIMATE
     ),
 }
 
@@ -962,7 +967,7 @@ def test_the_package_checks_also_take_the_learners_own_run(tmp_path):
 
     run_dir = make_source_run(tmp_path)  # notebook 05's settings, fast: tiny-random
     samples, metrics = run_files.load_samples(run_dir), run_files.load_metrics(run_dir)
-    constructed = set(checks.summary_samples().columns)
+    constructed = set(self_checks.summary_samples().columns)
     right = solution("step_summary")
 
     def right_on_constructed_only(frame, step):
@@ -972,18 +977,18 @@ def test_the_package_checks_also_take_the_learners_own_run(tmp_path):
         return summary
 
     with contextlib.redirect_stdout(io.StringIO()):
-        assert checks.step_summary_check("exercise", right, samples, metrics)
-        assert checks.step_summary_check("exercise", right_on_constructed_only)
+        assert self_checks.step_summary_check("exercise", right, samples, metrics)
+        assert self_checks.step_summary_check("exercise", right_on_constructed_only)
         with pytest.raises(AssertionError):
-            checks.step_summary_check(
+            self_checks.step_summary_check(
                 "exercise", right_on_constructed_only, samples, metrics
             )
-        base, trained = checks.flip_records("0110100111", "1110011101", seed=3)
-        assert checks.flips_and_p_check(
+        base, trained = self_checks.flip_records("0110100111", "1110011101", seed=3)
+        assert self_checks.flips_and_p_check(
             "exercise", solution("flips_and_p"), base, trained
         )
         sampled = [[-0.3, -1.2, -0.8], [-2.0]]
         reference = [[-0.4, -1.0, -0.8], [-1.1]]
-        assert checks.k3_estimate_check(
+        assert self_checks.k3_estimate_check(
             "exercise", solution("k3_estimate"), sampled, reference
         )

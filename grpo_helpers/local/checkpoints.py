@@ -32,7 +32,7 @@ from typing import Any
 import torch
 from pytrio.errors.base import ValidationError
 
-from grpo_helpers.files import write_atomically
+from grpo_helpers.atomic_write import write_atomically
 from grpo_helpers.local.adapters import AdapterSnapshot, LoraSpec
 from grpo_helpers.local.models import canonical_name
 

@@ -1,11 +1,11 @@
 """How often each of the engine's paths ran: counters for tests and benches.
 
-The shared-prefix paths are chosen by a cost estimate (``prefix.plan_shared_prefixes``
-for training and scoring, ``prefill.shared_prefix_len`` for sampling), so a test
-that compares a fast path with the plain one must also know that the fast path ran:
-otherwise it may compare the plain path with itself. The engine adds one to a
-counter each time it takes a path. Nothing but tests and benches reads them, and
-they change no number a caller sees.
+The shared-prefix paths are chosen by a cost estimate
+(``batch_plan.plan_shared_prefixes`` for training and scoring,
+``prompt_cache.shared_prefix_len`` for sampling), so a test that compares a fast path
+with the plain one must also know that the fast path ran: otherwise it may compare the
+plain path with itself. The engine adds one to a counter each time it takes a path.
+Nothing but tests and benches reads them, and they change no number a caller sees.
 
 Counters (one set per process, for every engine and model host together):
 

@@ -59,7 +59,7 @@ import torch.nn.functional as F
 from transformers.cache_utils import DynamicLayer
 
 from grpo_helpers.local.adapters import LORA_ALPHA, AdapterSnapshot
-from grpo_helpers.local.prefix import common_prefix_len
+from grpo_helpers.local.batch_plan import common_prefix_len
 
 
 class Decoder(Protocol):

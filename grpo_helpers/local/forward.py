@@ -8,7 +8,7 @@ the adapter's gradients when asked:
 
 * Datums that share a prefix (a GRPO group: one prompt, many completions) run that
   prefix once and their suffixes on top of its keys and values
-  (:func:`_forward_shared`; the plan is :mod:`grpo_helpers.local.prefix`'s);
+  (:func:`_forward_shared`; the plan is :mod:`grpo_helpers.local.batch_plan`'s);
 * the rest run in right-padded micro-batches of at most ``tokens_per_batch``
   padded tokens (:func:`_forward_plain`), their gradients added up.
 
@@ -30,9 +30,9 @@ import torch.nn.functional as F
 from pytrio.errors.base import ValidationError
 from pytrio.types import Datum, ForwardBackwardOutput, TensorData
 
-from grpo_helpers.local import counters, losses, prefix
+from grpo_helpers.local import batch_plan, counters, losses
 from grpo_helpers.local.host import ModelHost
-from grpo_helpers.local.prefill import pad_rows
+from grpo_helpers.local.prompt_cache import pad_rows
 
 __all__ = ["ForwardJob", "micro_batches", "prepare", "run_forward"]
 
@@ -128,10 +128,10 @@ def prepare(
 def micro_batches(lengths: dict[int, int], budget: int) -> list[list[int]]:
     """Group Datum indices (``{index: length}``) into right-padded batches of at
     most ``budget`` padded tokens (a longer Datum gets a batch of its own), each
-    sorted by length: :func:`grpo_helpers.local.prefix.plan_chunks`, the packer the
+    sorted by length: :func:`grpo_helpers.local.batch_plan.plan_chunks`, the packer the
     suffixes of a shared prefix use too."""
     indices = list(lengths)
-    chunks = prefix.plan_chunks([lengths[i] for i in indices], budget)
+    chunks = batch_plan.plan_chunks([lengths[i] for i in indices], budget)
     return [[indices[k] for k in chunk] for chunk in chunks]
 
 
@@ -213,9 +213,9 @@ def run_forward(
     rows = _rows(job)
     lp: list[torch.Tensor | None] = [None] * len(rows)
     if shared_prefix:
-        plan = prefix.plan_shared_prefixes([r.ids.tolist() for r in rows])
+        plan = batch_plan.plan_shared_prefixes([r.ids.tolist() for r in rows])
     else:
-        plan = [prefix.PrefixGroup(0, [i]) for i in range(len(rows))]
+        plan = [batch_plan.PrefixGroup(0, [i]) for i in range(len(rows))]
     loss_sum = 0.0
     for group in plan:
         if group.shared:
@@ -291,7 +291,7 @@ def _forward_shared(
     adapter: str,
     job: ForwardJob,
     rows: list[_Row],
-    group: prefix.PrefixGroup,
+    group: batch_plan.PrefixGroup,
     backward: bool,
     lp: list[torch.Tensor | None],
     tokens_per_batch: int,
@@ -351,7 +351,7 @@ def _forward_shared(
             if not backward:
                 del prefix_kv
             suffix_lp: dict[int, torch.Tensor] = {}
-            chunks = prefix.plan_chunks(
+            chunks = batch_plan.plan_chunks(
                 [len(r.ids) - p for r in members],
                 tokens_per_batch,
             )

@@ -347,7 +347,3 @@ def get_host(
             if "batch_window_s" in scheduler_options:
                 host.scheduler.window = float(scheduler_options["batch_window_s"])
         return host
-
-
-# Moved to grpo_helpers.local.adapters (issue 24); re-exported here for one release.
-from grpo_helpers.local.adapters import LORA_ALPHA  # noqa: E402, F401

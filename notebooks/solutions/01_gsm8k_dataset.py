@@ -34,9 +34,9 @@ def smallest_budget(token_counts, coverage):
 
 
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
-#: ``grpo_helpers.course`` computes the expected values with the functions above
-#: when it builds the student edition and writes them into the graded cells as
-#: literals (nbgrader keeps them out of the student edition). This file never
+#: ``grpo_helpers.classroom.course`` computes the expected values with the functions
+#: above when it builds the student edition and writes them into the graded cells
+#: as literals (nbgrader keeps them out of the student edition). This file never
 #: ships to students.
 HIDDEN_CASES = {
     "fraction_cut_off": {

@@ -48,9 +48,9 @@ gaming_completion = r"\boxed{70}"
 
 
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
-#: ``grpo_helpers.course`` computes the expected values with the solutions above
-#: when it builds the student edition and writes them into the graded cells as
-#: literals (nbgrader keeps them out of the student edition). ``forbid``: the
+#: ``grpo_helpers.classroom.course`` computes the expected values with the solutions
+#: above when it builds the student edition and writes them into the graded cells
+#: as literals (nbgrader keeps them out of the student edition). ``forbid``: the
 #: package functions the exercise says not to use; the hidden test makes them raise
 #: while it calls the learner's function. This file never ships to students.
 HIDDEN_CASES = {

@@ -38,9 +38,9 @@ def success_advantage(group_size, num_successes, scale="none"):
 
 
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
-#: ``grpo_helpers.course`` computes the expected values with the functions above
-#: when it builds the student edition and writes them into the graded cells as
-#: literals (nbgrader keeps them out of the student edition). ``forbid``: the
+#: ``grpo_helpers.classroom.course`` computes the expected values with the functions
+#: above when it builds the student edition and writes them into the graded cells
+#: as literals (nbgrader keeps them out of the student edition). ``forbid``: the
 #: package functions the exercise says not to use; the hidden test makes them raise
 #: while it calls the learner's function. This file never ships to students.
 HIDDEN_CASES = {

@@ -114,9 +114,9 @@ def grpo_step_by_hand(model, lora_params, batch, adam_params):
 
 
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
-#: ``grpo_helpers.course`` computes the expected values with the functions above
-#: when it builds the student edition and writes them into the graded cells as
-#: literals (nbgrader keeps them out of the student edition). This file never ships
+#: ``grpo_helpers.classroom.course`` computes the expected values with the functions
+#: above when it builds the student edition and writes them into the graded cells
+#: as literals (nbgrader keeps them out of the student edition). This file never ships
 #: to students.
 HIDDEN_CASES = {
     "trained_target": {
@@ -233,7 +233,7 @@ def project(result, args):
             "grpo_helpers.local.losses.token_loss",
             "grpo_helpers.local.losses.loss_sum",
             "grpo_helpers.advantages.length_scales",
-            "grpo_helpers.plain_step._loss",
+            "grpo_helpers.classroom.plain_step._loss",
         ],
         "setup": """
 def prepare(case):

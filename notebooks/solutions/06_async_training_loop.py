@@ -59,9 +59,9 @@ async def train_step_async(training_client, datums, adam_params):
 
 
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
-#: ``grpo_helpers.course`` computes the expected values with the functions above
-#: when it builds the student edition and writes them into the graded cells as
-#: literals (nbgrader keeps them out of the student edition). ``setup`` builds the
+#: ``grpo_helpers.classroom.course`` computes the expected values with the functions
+#: above when it builds the student edition and writes them into the graded cells
+#: as literals (nbgrader keeps them out of the student edition). ``setup`` builds the
 #: arguments from literal data in the graded cell (``prepare``) and turns what the
 #: function returns into literals (``project``). This file never ships to students.
 HIDDEN_CASES = {

@@ -1,7 +1,7 @@
 """Solutions to the exercises of 07_evaluating_a_trained_model.ipynb.
 
 tests/test_notebooks_05_07.py checks these functions against
-``grpo_helpers.evaluation``.
+``grpo_helpers.results.evaluation``.
 """
 
 from __future__ import annotations
@@ -79,9 +79,9 @@ def _flip_case(base: str, trained: str, seed: int) -> tuple:
 
 
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
-#: ``grpo_helpers.course`` computes the expected values with the functions above
-#: when it builds the student edition and writes them into the graded cells as
-#: literals (nbgrader keeps them out of the student edition). ``forbid``: the
+#: ``grpo_helpers.classroom.course`` computes the expected values with the functions
+#: above when it builds the student edition and writes them into the graded cells
+#: as literals (nbgrader keeps them out of the student edition). ``forbid``: the
 #: package functions the exercise says not to use; the hidden test makes them raise
 #: while it calls the learner's function. This file never ships to students.
 HIDDEN_CASES = {
@@ -89,7 +89,7 @@ HIDDEN_CASES = {
         "cases": [(3, 7), (42, 50), (0, 4), (12, 12), (250, 300), (1, 1000), (17, 40)],
         # the package's z is 1.95996..., the exercise's 1.96: both pass
         "tol": 1e-4,
-        "forbid": ["grpo_helpers.stats.wilson_interval"],
+        "forbid": ["grpo_helpers.results.stats.wilson_interval"],
     },
     # Each case: exact grades of the base and trained model by question index,
     # and the order in which the trained records come (any order must work).
@@ -105,8 +105,8 @@ HIDDEN_CASES = {
         ],
         "tol": 1e-9,
         "forbid": [
-            "grpo_helpers.stats.mcnemar_exact_p",
-            "grpo_helpers.report.compare",
+            "grpo_helpers.results.stats.mcnemar_exact_p",
+            "grpo_helpers.results.report.compare",
         ],
         "setup": """
 def prepare(case):

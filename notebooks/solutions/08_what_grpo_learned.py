@@ -1,7 +1,7 @@
 """Solutions to the exercises of 08_what_grpo_learned.ipynb.
 
 tests/test_notebooks_05_07.py checks these functions against
-``grpo_helpers.answers``.
+``grpo_helpers.results.answers``.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ HIDDEN_CASES = {
             ),
             ((), (), ()),
         ],
-        "forbid": ["grpo_helpers.answers.gain_sources"],
+        "forbid": ["grpo_helpers.results.answers.gain_sources"],
         "setup": """
 def prepare(case):
     import pandas as pd

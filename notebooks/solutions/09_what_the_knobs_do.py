@@ -41,9 +41,9 @@ def k3_estimate(sampled: list[list[float]], reference: list[list[float]]) -> flo
 
 
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
-#: ``grpo_helpers.course`` computes the expected values with the functions above
-#: when it builds the student edition and writes them into the graded cells as
-#: literals (nbgrader keeps them out of the student edition). ``forbid``: the
+#: ``grpo_helpers.classroom.course`` computes the expected values with the functions
+#: above when it builds the student edition and writes them into the graded cells
+#: as literals (nbgrader keeps them out of the student edition). ``forbid``: the
 #: package functions the exercise says not to use; the hidden test makes them raise
 #: while it calls the learner's function. This file never ships to students.
 HIDDEN_CASES = {

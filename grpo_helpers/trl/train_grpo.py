@@ -127,7 +127,7 @@ def build_trainer(
 
     from grpo_helpers.local.adapters import LORA_ALPHA
     from grpo_helpers.local.models import pretrained_dir
-    from grpo_helpers.trl_mapping import reward_names
+    from grpo_helpers.trl.mapping import reward_names
 
     series = series_config(folder)
     values = trl_values(config_path, int(os.environ.get("WORLD_SIZE", "1")))

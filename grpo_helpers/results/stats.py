@@ -15,7 +15,7 @@ Pure functions over counts and per-question outcomes, with no sampler in sight:
   number per *seed* (a training run), for comparing two trained configurations,
   where the run-to-run noise of training is the noise that counts.
 
-:mod:`grpo_helpers.report` applies them to an evaluation's records; notebook 07
+:mod:`grpo_helpers.results.report` applies them to an evaluation's records; notebook 07
 teaches them as their own idea.
 
 Introduced in: 07_evaluating_a_trained_model.ipynb
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpo_helpers import rewards
+from grpo_helpers import data, rewards
 
 __all__ = [
     "detectable_difference",
@@ -182,7 +182,7 @@ def _vote_key(answer: str) -> tuple[str, Any]:
     value = rewards.parse_number(answer)
     if value is not None:
         return ("number", value)
-    return ("text", rewards.normalize_answer(answer))
+    return ("text", data.normalize_answer(answer))
 
 
 def majority_answer(answers: Iterable[str | None]) -> str | None:

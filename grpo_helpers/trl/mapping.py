@@ -3,10 +3,10 @@
 A run of the series is a :class:`~grpo_helpers.config.GRPOConfig`. This module maps
 every one of its fields onto TRL's ``GRPOTrainer`` (TRL 1.16.0) or refuses the
 export, naming the field and why TRL cannot express it: nothing is dropped
-silently. :data:`FIELD_RULES` has one rule per field (a test fails when a new field
-has none), :func:`trl_settings` computes TRL's ``GRPOConfig`` for a run,
+silently. :data:`FIELD_RULES` has one rule per field, read from the
+field's metadata, :func:`trl_settings` computes TRL's ``GRPOConfig`` for a run,
 :func:`refusals` lists what TRL cannot express, and :func:`loss_scale` is the
-constant between the two losses. :mod:`grpo_helpers.export` writes the folder that
+constant between the two losses. :mod:`grpo_helpers.trl.export` writes the folder that
 trains the run with TRL from these.
 
 The losses are compared, not assumed: ``tests/test_trl_oracle.py`` computes TRL's
@@ -20,12 +20,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 import pytrio as trio
 
-from grpo_helpers.config import GRPOConfig
+from grpo_helpers.config import GRPOConfig, knob_of, knobs
 
 __all__ = [
     "FIELD_RULES",
@@ -34,6 +34,7 @@ __all__ = [
     "TRL_VERSION",
     "ExportRefused",
     "field_names",
+    "field_rules",
     "loss_scale",
     "refusals",
     "reward_names",
@@ -77,120 +78,20 @@ class FieldRule:
     how: str
 
 
-#: One rule per field of the series' ``GRPOConfig`` (a test fails when a new field
-#: has none). The refusals are :func:`refusals`.
-FIELD_RULES: dict[str, FieldRule] = {
-    "base_model": FieldRule(
-        ("model",),
-        "the policy; train_grpo.py loads it through local.models.pretrained_dir "
-        "(SmolLM2's offline copy and tiny-random become local folders)",
-    ),
-    "lora_rank": FieldRule(
-        ("LoraConfig.r",),
-        "peft LoraConfig(r, lora_alpha=32, lora_dropout=0, target_modules="
-        "'all-linear'): every linear layer but lm_head (see the differences)",
-    ),
-    "steps": FieldRule(
-        ("max_steps",), "steps x updates_per_batch: TRL counts optimiser steps"
-    ),
-    "all_data": FieldRule(
-        ("num_train_epochs", "max_steps"), "one pass: num_train_epochs=1, max_steps=-1"
-    ),
-    "limit": FieldRule(("dataset",), "the first `limit` rows of the train split"),
-    "batch_size": FieldRule(
-        ("per_device_train_batch_size", "gradient_accumulation_steps"),
-        "batch_size x group_size completions per optimiser step, one generation "
-        "each (steps_per_generation=1); train_grpo.py divides the per-device "
-        "batch among the processes",
-    ),
-    "group_size": FieldRule(("num_generations",), "the same G"),
-    "max_tokens": FieldRule(("max_completion_length",), "the same budget"),
-    "temperature": FieldRule(
-        ("temperature",),
-        "the same; refused at 0 (TRL always samples). TRL's logprobs are of "
-        "logits / T (see the differences)",
-    ),
-    "top_p": FieldRule(("top_p", "top_k"), "the same top_p; top_k=0 (off), as here"),
-    "seed": FieldRule(
-        ("seed",),
-        "the same seed (the arithmetic problems' too); TRL's random streams differ, "
-        "so the completions differ",
-    ),
-    "learning_rate": FieldRule(
-        ("learning_rate", "lr_scheduler_type", "warmup_steps"),
-        "the same, constant (TRL's default schedule decays linearly)",
-    ),
-    "beta1": FieldRule(("adam_beta1",), "the same"),
-    "beta2": FieldRule(
-        ("adam_beta2", "adam_epsilon", "weight_decay", "optim"),
-        "the same; with pytrio.AdamParams' other defaults: eps 1e-12, no weight decay",
-    ),
-    "reward": FieldRule(
-        ("reward_funcs", "reward_weights"),
-        "the series' reward, imported and wrapped in TRL's signature; the exact "
-        "grade (binary) is logged beside it with weight 0",
-    ),
-    "advantage_scale": FieldRule(
-        ("scale_rewards",),
-        "none -> none (equal); group -> group (TRL's std is Bessel-corrected)",
-    ),
-    "weights_name": FieldRule(("run_name",), "the run's name (without SwanLab)"),
-    "swanlab": FieldRule(
-        ("report_to",), "['swanlab'] (transformers' SwanLab callback)"
-    ),
-    "swanlab_project": FieldRule(("SWANLAB_PROJECT",), "set by train_grpo.py"),
-    "swanlab_experiment_name": FieldRule(("run_name",), "with SwanLab on"),
-    "swanlab_mode": FieldRule(("SWANLAB_MODE",), "set by train_grpo.py"),
-    "backend": FieldRule(
-        ("model",), "chooses the default base model only: the engine is now TRL"
-    ),
-    "run_dir": FieldRule(
-        ("output_dir",), "runs/<the run directory's name>-trl, where it is launched"
-    ),
-    "save_every": FieldRule(
-        ("save_strategy", "save_steps"),
-        "every save_every x updates_per_batch optimiser steps; 0: the final "
-        "adapter only",
-    ),
-    "eval_limit": FieldRule((), "refused when > 0: TRL does not run the series' eval"),
-    "dataset": FieldRule(
-        ("dataset",), "data.load_split: the same rows, in order (no shuffle)"
-    ),
-    "difficulty": FieldRule(("dataset",), "the arithmetic problems' difficulty"),
-    "loss_fn": FieldRule(
-        ("loss_type", "epsilon", "epsilon_high"),
-        "ppo -> TRL's clipped loss (the same formula); importance_sampling -> the "
-        "same at mu=1 (ratio 1: the clip never acts); cispo -> cispo",
-    ),
-    "updates_per_batch": FieldRule(("num_iterations",), "mu, the same"),
-    "clip_low": FieldRule(("epsilon",), "epsilon = 1 - clip_low"),
-    "clip_high": FieldRule(
-        ("epsilon_high",), "epsilon_high = clip_high - 1 (cispo: clip_high itself)"
-    ),
-    "kl_coef": FieldRule(
-        ("beta", "use_bias_correction_kl"),
-        "beta = kl_coef; the two KL terms differ (see the differences)",
-    ),
-    "measure_kl": FieldRule(
-        ("beta",), "TRL logs the KL when beta > 0; refused with kl_coef = 0"
-    ),
-    "normalization": FieldRule(
-        ("loss_type",),
-        "token_sum, constant -> dr_grpo; sequence_mean -> grpo; token_mean -> dapo "
-        "(batch_size 1 only); equal losses up to the factor c below",
-    ),
-    "mask_truncated": FieldRule(
-        ("mask_truncated_completions",),
-        "the same: a completion cut off at the budget (the series: stop_reason "
-        "'length'; TRL: no end-of-sequence token) is left out of the loss, its "
-        "reward still counts in its group's mean",
-    ),
-    "grad_clip_norm": FieldRule(
-        ("max_grad_norm",),
-        "grad_clip_norm / c: TRL's loss, so its gradient, is the series' divided by "
-        "c (below), so it clips at the same point; 0: no clipping",
-    ),
-}
+def field_rules(cls: type = GRPOConfig) -> dict[str, FieldRule]:
+    """One rule per knob of a config class, read from the knob's metadata
+    (``trl`` and ``trl_how`` of :func:`grpo_helpers.config.knob`): a new knob
+    brings its rule. The refusals are :func:`refusals`.
+
+    Example:
+        >>> field_rules()["group_size"]
+        FieldRule(trl=('num_generations',), how='the same G')
+    """
+    return {f.name: FieldRule(knob_of(f).trl, knob_of(f).trl_how) for f in knobs(cls)}
+
+
+#: The rule of each field of the series' ``GRPOConfig``.
+FIELD_RULES: dict[str, FieldRule] = field_rules()
 
 
 class ExportRefused(ValueError):
@@ -551,7 +452,7 @@ def trl_missing() -> str | None:
 
 def field_names() -> list[str]:
     """The fields of the series' ``GRPOConfig``, in order."""
-    return [f.name for f in fields(GRPOConfig)]
+    return [f.name for f in knobs()]
 
 
 def trl_version() -> str | None:

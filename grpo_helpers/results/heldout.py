@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from grpo_helpers import data, evaluation, run_files, training
-from grpo_helpers.config import SETTINGS, GRPOConfig
+from grpo_helpers import data, run_files, training
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.results import evaluation
+from grpo_helpers.settings import SETTINGS
 
 __all__ = ["HeldOut", "compare", "held_out_questions", "trained_weights"]
 

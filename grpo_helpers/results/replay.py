@@ -42,6 +42,7 @@ __all__ = [
     "compare_steps",
     "first_difference",
     "load_record",
+    "record_run",
     "record_threads",
     "replay",
 ]
@@ -84,6 +85,34 @@ def load_record(path: str | Path) -> dict[str, Any]:
     if provenance.is_file():
         record["provenance"] = json.loads(provenance.read_text())
     return record
+
+
+def record_run(folder: str | Path, steps: int = 3) -> dict[str, Any]:
+    """Train notebook 05's fast-mode run for ``steps`` steps in ``folder`` and
+    record it as the ablation records a run: what a replay can be tried on.
+
+    Returns:
+        ``{"settings", "metrics", "hardware", "provenance"}``, as
+        :func:`load_record` reads it.
+    """
+    import json
+
+    from grpo_helpers import presets, provenance, training
+
+    config = GRPOConfig(
+        backend="local",
+        **(presets.notebook_run(fast=True) | {"steps": steps}),
+        run_dir=str(Path(folder) / "recorded"),
+        weights_name="recorded",
+        save_every=1,
+    )
+    result = training.train_sync(config, overwrite=True, progress=False)
+    return {
+        "settings": config.to_dict(),
+        "metrics": json.loads(result.metrics.to_json(orient="records")),
+        "hardware": provenance.hardware(),
+        "provenance": provenance.record(config.base_model),
+    }
 
 
 def record_threads(record: Mapping[str, Any]) -> int | None:

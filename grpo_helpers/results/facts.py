@@ -29,12 +29,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpo_helpers import (
+from grpo_helpers import prompts
+from grpo_helpers.results import (
     ablation,
     answers,
     evaluation,
-    prompts,
-    reference,
+    recorded_runs,
     report,
     stats,
 )
@@ -92,7 +92,7 @@ def _compare(before: pd.DataFrame, after: pd.DataFrame, grade: str) -> str:
     return f"{_pct(c.base_acc)} -> {_pct(c.trained_acc)} ({_p(c.p_value)})"
 
 
-def _regraded(run: reference.RecordedRun) -> reference.RecordedRun:
+def _regraded(run: recorded_runs.RecordedRun) -> recorded_runs.RecordedRun:
     """The run with every evaluation's grades recomputed from its completions."""
     run.base = evaluation.regrade(run.base)
     run.trained = evaluation.regrade(run.trained)
@@ -102,11 +102,11 @@ def _regraded(run: reference.RecordedRun) -> reference.RecordedRun:
     return run
 
 
-def run_facts(name: str = reference.DEFAULT_RUN) -> dict[str, str]:
+def run_facts(name: str = recorded_runs.DEFAULT_RUN) -> dict[str, str]:
     """Facts of one recorded run: accuracies before -> after with McNemar's p, the
     answer classes, the gain split by source, the prompt-only baselines and GSM8K.
     """
-    run = _regraded(reference.load_run(name))
+    run = _regraded(recorded_runs.load_run(name))
     facts: dict[str, str] = {}
     for grade in ("exact", "lenient"):
         facts[f"{grade}"] = _compare(run.base, run.trained, grade)
@@ -176,8 +176,8 @@ def shaped_facts() -> dict[str, str]:
     """Facts of the shaped-reward run, with its trained model against the default
     run's on the same questions."""
     facts = run_facts("shaped-reward")
-    defaults = _regraded(reference.load_run())
-    shaped = _regraded(reference.load_run("shaped-reward"))
+    defaults = _regraded(recorded_runs.load_run())
+    shaped = _regraded(recorded_runs.load_run("shaped-reward"))
     for grade in ("exact", "lenient"):
         c = report.compare(defaults.trained, shaped.trained, grade)
         facts[f"shaped vs defaults {grade}"] = (

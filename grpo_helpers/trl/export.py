@@ -1,10 +1,10 @@
 """The same run on Hugging Face TRL: ``python -m grpo_helpers export trl``.
 
 :func:`export_trl` writes a folder that trains a run of the series with TRL's
-``GRPOTrainer``, from the mapping of :mod:`grpo_helpers.trl_mapping` (every setting
+``GRPOTrainer``, from the mapping of :mod:`grpo_helpers.trl.mapping` (every setting
 mapped, or the export refused with the reason)::
 
-    train_grpo.py              the script (a copy of grpo_helpers/trl_script.py)
+    train_grpo.py              the script (a copy of grpo_helpers/trl/train_grpo.py)
     series_config.json         the series' GRPOConfig: the data, prompt and reward
     grpo_config.yaml           TRL's GRPOConfig for a GPU (TRL's bf16 defaults)
     grpo_config_cpu.yaml       the same for a CPU (bf16 and checkpointing off)
@@ -12,7 +12,7 @@ mapped, or the export refused with the reason)::
     accelerate/multi_gpu.yaml
     README.md                  how to launch each, the mapping table, the
                                differences between the two objectives
-                               (:mod:`grpo_helpers.export_readme`)
+                               (:mod:`grpo_helpers.trl.export_readme`)
 
 Introduced in: README.md, "When you outgrow this laptop" (after notebook 08)
 """
@@ -25,13 +25,13 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.config import GRPOConfig
-from grpo_helpers.export_readme import readme
-from grpo_helpers.trl_mapping import TRL_VERSION, reward_names, trl_settings
+from grpo_helpers.trl.export_readme import readme
+from grpo_helpers.trl.mapping import TRL_VERSION, reward_names, trl_settings
 
 __all__ = ["MULTI_GPU_PROCESSES", "export_trl"]
 
 #: The exported script's source: copied, never imported by the package.
-SCRIPT = Path(__file__).with_name("trl_script.py")
+SCRIPT = Path(__file__).with_name("train_grpo.py")
 
 #: GPUs ``accelerate/multi_gpu.yaml`` launches (``--num_processes k`` for others).
 MULTI_GPU_PROCESSES = 2
@@ -116,21 +116,3 @@ def export_trl(
     (folder / "accelerate" / "multi_gpu.yaml").write_text(_accelerate(processes))
     (folder / "README.md").write_text(readme(config, gpu, processes, mode))
     return folder
-
-
-# Moved to grpo_helpers.trl_mapping (issue 24); re-exported here for one release.
-from grpo_helpers.trl_mapping import (  # noqa: E402, F401
-    ADAM,
-    FIELD_RULES,
-    INSTALL_HINT,
-    KNOWN_DIFFERENCES,
-    LOSS_TYPES,
-    Difference,
-    ExportRefused,
-    FieldRule,
-    field_names,
-    loss_scale,
-    refusals,
-    trl_missing,
-    trl_version,
-)

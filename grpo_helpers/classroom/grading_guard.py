@@ -1,6 +1,6 @@
 """What the grading process keeps around a learner's kernel.
 
-:mod:`grpo_helpers.grading` runs each student's notebooks with nbgrader in a
+:mod:`grpo_helpers.classroom.grading` runs each student's notebooks with nbgrader in a
 grading process of its own. This module is what that process adds around the
 kernel that runs a submission, so that no code of the submission decides its own
 grade:
@@ -11,8 +11,8 @@ grade:
   earlier cells installed, so that they cannot rewrite or silence it;
 * **the verdict outside the kernel** (:func:`preprocessors`): after the notebook
   ran, each graded cell's printed results are compared with the key
-  (:func:`grpo_helpers.hidden_tests.judge`), and its code with the teacher's; a
-  wrong one gets an error output in first place, which nbgrader scores zero;
+  (:func:`grpo_helpers.classroom.hidden_tests.judge`), and its code with the teacher's;
+  a wrong one gets an error output in first place, which nbgrader scores zero;
 * **the watchdog** (:class:`Watchdog`): a thread that kills the kernel, and all
   it started, when a hidden test's case runs past its deadline (the kernel writes
   it to ``GRPO_GRADING_WATCH``) or a cell past its budget, however the

@@ -2,9 +2,9 @@
 
 ``python -m grpo_helpers grade <submissions>`` grades
 ``<submissions>/<student>/<notebook>.ipynb`` with the teacher's course directory
-that ``make student`` wrote (:func:`grpo_helpers.course.build_student`): nbgrader's
-``autograde`` restores each graded cell with its hidden tests
-(:mod:`grpo_helpers.hidden_tests`) and runs the notebook in fast mode
+that ``make student`` wrote (:func:`grpo_helpers.classroom.course.build_student`):
+nbgrader's ``autograde`` restores each graded cell with its hidden tests
+(:mod:`grpo_helpers.classroom.hidden_tests`) and runs the notebook in fast mode
 (``GRPO_FAST=1``) with strict checks (``GRPO_STRICT_CHECKS=1``). A graded cell
 that runs without an error earns its point.
 
@@ -22,9 +22,9 @@ the solutions through the package's paths, or calls the teacher's loader
 tests hold the cases, not the expected values: they print what the learner's
 function returned, and the grading process compares that with the key
 (``<course>/hidden_key.json``) after the cell ran
-(:func:`grpo_helpers.hidden_tests.judge`). The gradebook, which holds the graded
-cells' code, lies outside the student's folder, and a graded cell whose code is
-not the teacher's scores nothing. :mod:`grpo_helpers.grading_guard` holds what
+(:func:`grpo_helpers.classroom.hidden_tests.judge`). The gradebook, which holds the
+graded cells' code, lies outside the student's folder, and a graded cell whose code is
+not the teacher's scores nothing. :mod:`grpo_helpers.classroom.grading_guard` holds what
 surrounds the kernel: a startup file that makes graded cells immune to the
 notebook's IPython hooks (input and AST transformers, custom exception handlers),
 the verdict, the watchdog and the killing of leftovers.
@@ -90,7 +90,9 @@ from typing import Any
 COLUMNS = ["student", "notebook", "exercise", "points", "max_points", "passed", "error"]
 #: The exercise column of each student's summary row.
 TOTAL = "TOTAL"
-PACKAGE = Path(__file__).resolve().parent
+#: This folder (its three driver modules are copied), and the package it belongs to.
+HERE = Path(__file__).resolve().parent
+PACKAGE = HERE.parent
 #: The grading process's command; None: this file, run as a script (its spec comes
 #: on stdin). As a script it imports no part of grpo_helpers, only nbgrader.
 DRIVER: list[str] | None = None
@@ -111,9 +113,9 @@ def grade(
         submissions: ``<submissions>/<student>/<notebook>.ipynb`` as handed in
             (notebooks of the series; other files are ignored).
         course_dir: the teacher's course directory of
-            :func:`grpo_helpers.course.build_student` (default ``build/grading``;
-            built first when missing, with the student edition in its default
-            place).
+            :func:`grpo_helpers.classroom.course.build_student` (default
+            ``build/grading``; built first when missing, with the student edition in its
+            default place).
         function_seconds: seconds per call of a learner's function by a check or
             a hidden test.
         cell_seconds: seconds a cell may run before nbgrader interrupts it.
@@ -134,7 +136,7 @@ def grade(
     """
     import pandas as pd
 
-    from grpo_helpers import course
+    from grpo_helpers.classroom import course
 
     submissions = Path(submissions)
     course_dir = Path(course.COURSE if course_dir is None else course_dir)
@@ -287,7 +289,7 @@ def _run_drivers(
     try:
         (work / "driver").mkdir()
         for name in ("grading", "grading_guard", "hidden_tests"):  # stdlib, nbgrader
-            shutil.copy(PACKAGE / f"{name}.py", work / "driver" / f"{name}.py")
+            shutil.copy(HERE / f"{name}.py", work / "driver" / f"{name}.py")
         with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
             jobs = [
                 pool.submit(_worker, number, spec, results, total_seconds, work)

@@ -20,22 +20,24 @@ compares what matters, never a value the notebook holds:
   way), then one ``optim_step``, and no call at all when every group is
   degenerate.
 * :func:`plain_step_check` (notebook 04, exercise 4; written in
-  :mod:`grpo_helpers.plain_step`): one GRPO step in plain PyTorch, from the logits
-  to an Adam step on the LoRA weights, against the engine's ``forward_backward`` +
-  ``optim_step`` on an identical copy of the policy: loss, gradients, weights.
+  :mod:`grpo_helpers.classroom.plain_step`): one GRPO step in plain PyTorch, from the
+  logits to an Adam step on the LoRA weights, against the engine's ``forward_backward``
+  + ``optim_step`` on an identical copy of the policy: loss, gradients, weights.
 * :func:`submitted_first_check` and :func:`two_await_check` (notebook 06): clients
   that count how many requests were in flight together, so a sequential answer
   fails even when it returns the right responses.
 
 Hints say *what* differs (the sign, the masked positions, the clip's side, the
-order of the calls), never the wanted value. Like :mod:`grpo_helpers.checks`, a
-failed check raises under ``GRPO_STRICT_CHECKS=1`` and the learner's code gets
-``GRPO_CHECK_SECONDS`` seconds. ``tests/test_engine_checks.py`` shows that each check
-passes the solutions and fails at least three named wrong answers.
+order of the calls), never the wanted value. Like
+:mod:`grpo_helpers.classroom.self_checks`, a failed check raises under
+``GRPO_STRICT_CHECKS=1`` and the learner's code gets ``GRPO_CHECK_SECONDS`` seconds.
+``tests/test_engine_checks.py`` shows that each check passes the solutions and fails at
+least three named wrong answers.
 
 The module is longer than most (about 650 lines) because each check carries the
 recording client it needs; they stay together as one idea, a learner's code held
-against the engine, apart from :mod:`grpo_helpers.checks` (which needs no torch).
+against the engine, apart from :mod:`grpo_helpers.classroom.self_checks` (which needs no
+torch).
 
 Introduced in: 04_datum_alignment.ipynb (the loss check), 05 and 06 (the others)
 """
@@ -49,10 +51,16 @@ from typing import Any
 
 import numpy as np
 
-from grpo_helpers.checks import STUB_HINT, TimeLimitExceeded, _report, time_limit
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.classroom.plain_step import plain_step_check
+from grpo_helpers.classroom.self_checks import (
+    STUB_HINT,
+    TimeLimitExceeded,
+    _report,
+    run_check,
+    time_limit,
+)
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
-from grpo_helpers.plain_step import plain_step_check
+from grpo_helpers.settings import SETTINGS
 
 __all__ = [
     "LossCase",
@@ -71,18 +79,6 @@ SHIFTS = (-0.45, -0.15, 0.12, 0.4)
 ADVANTAGES = (0.75, -0.5, 1.0, -0.25, 0.5, -1.0)
 #: Junk in the padded positions: only ``mask`` says that they are not trained.
 PAD_LOGPROB, PAD_OLD = -1.0, -2.0
-
-
-def _run(exercise: str, check: Callable[[], str], strict: bool | None) -> bool:
-    """Run ``check()`` (it returns a hint, "" when right) under the time limit."""
-    try:
-        with time_limit(SETTINGS.check_seconds):
-            hint = check()
-    except TimeLimitExceeded as error:
-        hint = str(error)
-    except Exception as error:  # the learner's bug: say so, keep the notebook going
-        hint = f"raised {type(error).__name__}: {error}"
-    return _report(exercise, not hint, hint, strict)
 
 
 # ----------------------------------------------------------------------------------
@@ -307,7 +303,7 @@ def loss_check(
             )
         return ""
 
-    return _run(exercise, check, strict)
+    return run_check(exercise, check, strict)
 
 
 # ----------------------------------------------------------------------------------
@@ -474,7 +470,7 @@ def grpo_step_check(
             return f"returned {', '.join(kinds)}: wait for each future's result"
         return ""
 
-    return _run(exercise, check, strict)
+    return run_check(exercise, check, strict)
 
 
 # ----------------------------------------------------------------------------------
@@ -605,7 +601,7 @@ def submitted_first_check(
             )
         return ""
 
-    return _run(exercise, check, strict)
+    return run_check(exercise, check, strict)
 
 
 class _CountingTrainer:

@@ -38,12 +38,12 @@ learner's code, again and again until the call ends, and the case fails even if
 the learner's code swallowed it or stopped the timer. Under the grader, each case
 also writes its deadline to ``GRPO_GRADING_WATCH``: a learner's loop that catches
 ``BaseException`` or cancels the alarm is stopped from outside, by killing the
-kernel (:mod:`grpo_helpers.grading`).
+kernel (:mod:`grpo_helpers.classroom.grading`).
 
 What it does not stop: a submission that rewrites the interpreter or the kernel's
 own machinery (Python's builtins, ``sys.stdout``, IPython's methods, the standard
 library functions this code calls), runs a copy on a thread started before the
-test, or reads the teacher's files; see :mod:`grpo_helpers.grading` for where
+test, or reads the teacher's files; see :mod:`grpo_helpers.classroom.grading` for where
 grading runs.
 
 The module is longer than most (about 750 lines) and stays whole on purpose: the
@@ -68,7 +68,7 @@ from dataclasses import dataclass
 from typing import Any
 
 #: Package functions no exercise may call: the teacher's loader of the solutions.
-ALWAYS_FORBIDDEN = ("grpo_helpers.course._load_solutions",)
+ALWAYS_FORBIDDEN = ("grpo_helpers.classroom.course._load_solutions",)
 #: What starts the line on which a hidden test prints the learner's results.
 RESULT = "grpo-hidden-result: "
 

@@ -35,21 +35,14 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from grpo_helpers import (
-    answers,
-    data,
-    evaluation,
-    presets,
-    provenance,
-    reference,
-    stats,
-    training,
-)
-from grpo_helpers.config import SETTINGS, GRPOConfig
+from grpo_helpers import data, presets, provenance, training
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.results import answers, evaluation, recorded_runs, stats
 from grpo_helpers.rewards import canonical_reward
+from grpo_helpers.settings import SETTINGS, SMOLLM2
 
 #: Where the recorded ablation lives.
-ABLATION_DIR = reference.REFERENCE_DIR / "ablation"
+ABLATION_DIR = recorded_runs.REFERENCE_DIR / "ablation"
 
 #: The KL variant's weight: large enough that its KL to the base model stays
 #: visibly below the baseline's (notebook 08 plots both).
@@ -82,7 +75,7 @@ DROPPED = {
 #: The baseline: notebook 05's defaults exactly, with the KL to the base model
 #: measured (it changes no update) and a checkpoint every step (resumable).
 BASELINE = GRPOConfig(
-    base_model=presets.SMOLLM2,
+    base_model=SMOLLM2,
     backend="local",
     **presets.NOTEBOOK,
     measure_kl=True,
@@ -235,7 +228,7 @@ def run_variant(
         "variant": variant,
         "seed": seed,
         "changes": VARIANTS[variant],
-        "settings": reference.relative_paths(config.to_dict()),
+        "settings": recorded_runs.relative_paths(config.to_dict()),
         "eval": {"split": EVAL_SPLIT, **scoring},
         "metrics": json.loads(result.metrics.to_json(orient="records")),
         "held_out": points,

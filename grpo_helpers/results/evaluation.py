@@ -21,8 +21,8 @@ article's ``eval.py``) is deliberately plain:
 4. one record per question (:data:`RECORD_COLUMNS`), in question order, so that two
    models' records line up question by question.
 
-:mod:`grpo_helpers.report` reads the records. Everything here works with PyTRIO's
-``SamplingClient`` and the local engine's, in a script and inside Jupyter.
+:mod:`grpo_helpers.results.report` reads the records. Everything here works with
+PyTRIO's ``SamplingClient`` and the local engine's, in a script and inside Jupyter.
 
 Introduced in: 07_evaluating_a_trained_model.ipynb
 """
@@ -30,7 +30,6 @@ Introduced in: 07_evaluating_a_trained_model.ipynb
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -40,9 +39,11 @@ import pandas as pd
 import pytrio
 from tqdm.auto import tqdm
 
-from grpo_helpers import answers, data, prompts, rewards
-from grpo_helpers.report import format_results_table, summarize, summary_row
-from grpo_helpers.stats import maj_at_k, pass_at_k
+from grpo_helpers import data, prompts, rewards
+from grpo_helpers.engines import run_coroutine
+from grpo_helpers.results import answers
+from grpo_helpers.results.report import format_results_table, summarize, summary_row
+from grpo_helpers.results.stats import maj_at_k, pass_at_k
 
 __all__ = [
     "MULTI_SAMPLE_COLUMNS",
@@ -51,7 +52,6 @@ __all__ = [
     "evaluate",
     "evaluate_async",
     "regrade",
-    "run_coroutine",
 ]
 
 #: Columns of the per-question records, in order (``num_samples == 1``).
@@ -92,7 +92,7 @@ class EvalResult:
             for ``k > 1`` samples per question, ``n_correct, pass_at_k, maj_at_k,
             sampled_tokens``. ``completion`` and the per-sample columns describe the
             first sample.
-        summary: see :func:`grpo_helpers.report.summarize`.
+        summary: see :func:`grpo_helpers.results.report.summarize`.
         name: label used in tables (``"base"``, ``"grpo step 50"``...).
         settings: the sampling settings the numbers were measured with.
     """
@@ -483,22 +483,6 @@ async def evaluate_async(
     return EvalResult(records=frame, summary=summary, name=name, settings=settings)
 
 
-def run_coroutine(coroutine: Any) -> Any:
-    """Run a coroutine to the end from sync code, inside Jupyter or not.
-
-    A plain script has no running event loop, so ``asyncio.run`` does the job. A
-    Jupyter cell already runs inside one, where ``asyncio.run`` refuses to start a
-    second; there the coroutine runs in a worker thread with its own loop, and this
-    thread waits for it.
-    """
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
-
-
 def evaluate(
     sampling_client: Any,
     tokenizer: Any,
@@ -578,20 +562,3 @@ def evaluate(
             reuse=reuse,
         )
     )
-
-
-# Moved out of this module (issue 24); re-exported here for one release: import the
-# statistics from grpo_helpers.stats and the summaries and comparisons from
-# grpo_helpers.report.
-from grpo_helpers.report import (  # noqa: E402, F401
-    Comparison,
-    accuracy_rows,
-    compare,
-)
-from grpo_helpers.stats import (  # noqa: E402, F401
-    k_curves,
-    majority_answer,
-    mcnemar_exact_p,
-    paired_bootstrap_ci,
-    wilson_interval,
-)

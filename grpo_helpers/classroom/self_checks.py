@@ -12,7 +12,7 @@ that stops passing fails the tests.
 A check compares with the package or the engine (``self_check``), or tests
 properties that any right answer has (``property_check``): it never loads the
 reference solutions, which stay on the teacher's side (``notebooks/solutions/``,
-read by ``grpo_helpers.course``) and never reach a notebook's namespace. When
+read by ``grpo_helpers.classroom.course``) and never reach a notebook's namespace. When
 ``GRPO_CHECK_SECONDS`` is set (the grader sets it), the learner's code gets that
 many seconds per check (:func:`time_limit`): an endless loop is reported instead of
 hanging the notebook.
@@ -29,7 +29,7 @@ feeds every exercise's check at least three named wrong answers. The module is a
 little over 600 lines and stays whole: those checks are thin uses of
 ``self_check`` and ``property_check`` with their tables of cases, one idea with
 them (an answer held against the package, never shown), and torch-free, unlike
-:mod:`grpo_helpers.engine_checks`.
+:mod:`grpo_helpers.classroom.against_engine`.
 
 Example::
 
@@ -54,7 +54,7 @@ from typing import Any
 
 import numpy as np
 
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.settings import SETTINGS
 
 STUB_HINT = "your function returned None: is it still the stub?"
 
@@ -109,7 +109,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
 def _tell_grader(deadline: str) -> None:
     """Under the grader, write when the check must end (``GRPO_GRADING_WATCH``):
     a learner's loop that swallows the alarm or cancels it is then stopped from
-    outside (:class:`grpo_helpers.grading_guard.Watchdog`)."""
+    outside (:class:`grpo_helpers.classroom.grading_guard.Watchdog`)."""
     watch = os.environ.get("GRPO_GRADING_WATCH")
     if watch:
         with contextlib.suppress(OSError), open(watch, "w") as out:
@@ -286,6 +286,20 @@ def _all_none(got: Any) -> bool:
     return got is None
 
 
+def run_check(exercise: str, check: Callable[[], str], strict: bool | None) -> bool:
+    """Run ``check()`` (it returns a hint, "" when right) under the time limit, and
+    report it as :func:`self_check` does: the checks that run the learner's code
+    beside the engine (``against_engine``, ``plain_step``) end here."""
+    try:
+        with time_limit(SETTINGS.check_seconds):
+            hint = check()
+    except TimeLimitExceeded as error:
+        hint = str(error)
+    except Exception as error:  # the learner's bug: say so, keep the notebook going
+        hint = f"raised {type(error).__name__}: {error}"
+    return _report(exercise, not hint, hint, strict)
+
+
 def _report(exercise: str, ok: bool, hint: str, strict: bool | None) -> bool:
     print(f"{exercise}: {'ok' if ok else 'not yet'}")
     if not ok:
@@ -412,7 +426,7 @@ def wilson_by_hand_check(
     """Check ``wilson_by_hand(successes, n)`` (notebook 07): ``(low, high)``
     within 1e-3 of ``stats.wilson_interval`` (whose z is 1.95996..., the
     exercise's 1.96) on :data:`WILSON_CASES`."""
-    from grpo_helpers import stats
+    from grpo_helpers.results import stats
 
     cases = list(WILSON_CASES)
     return self_check(
@@ -466,7 +480,7 @@ def flips_and_p_check(
     ``min(1, ...)`` binds, no flips, flips one way), each with the trained rows
     shuffled, and, when the notebook passes them, its own two evaluations.
     """
-    from grpo_helpers import stats
+    from grpo_helpers.results import stats
 
     pairs = [
         flip_records(base, trained, i)
@@ -498,7 +512,7 @@ def every_flip_kind() -> Any:
     wrong -> right from each wrong class, right -> wrong to each."""
     import pandas as pd
 
-    from grpo_helpers import answers
+    from grpo_helpers.results import answers
 
     kinds = [c for c in answers.CLASSES if c != answers.RIGHT_BOXED]
     return pd.DataFrame(
@@ -523,7 +537,7 @@ def gain_by_source_check(
     every other row of it, wrong -> right flips only, no flip at all, and the flip
     tables the notebook passes (the learner's run and the recorded one).
     """
-    from grpo_helpers import answers
+    from grpo_helpers.results import answers
 
     every = every_flip_kind()
     tables = [every, every[::2], every[every["flip"] == "wrong -> right"], every[:0]]
@@ -561,7 +575,7 @@ def questions_needed_check(
     properties every right answer has: a whole number ``n``, whose Wilson
     interval at ``round(accuracy * n)`` of ``n`` has a half-width of at most
     ``half_width``, while every smaller ``n`` is too wide."""
-    from grpo_helpers import stats
+    from grpo_helpers.results import stats
 
     targets = list(QUESTIONS_TARGETS)
 
@@ -683,6 +697,7 @@ __all__ = [
     "k3_estimate_check",
     "property_check",
     "questions_needed_check",
+    "run_check",
     "self_check",
     "step_summary_check",
     "summary_samples",

@@ -1,6 +1,6 @@
 """What an evaluation's records say: accuracies with intervals, base vs trained.
 
-:func:`grpo_helpers.evaluation.evaluate` leaves one record per question, graded
+:func:`grpo_helpers.results.evaluation.evaluate` leaves one record per question, graded
 exact and lenient. This module reads those records:
 
 * :func:`summarize`: accuracies with 95% Wilson intervals, the boxed share, the
@@ -11,8 +11,8 @@ exact and lenient. This module reads those records:
 * :func:`format_results_table` and :func:`accuracy_rows`: the results table the CLI
   prints, and the numbers behind it, ready to plot.
 
-The statistics themselves are :mod:`grpo_helpers.stats`'. Every function takes an
-``EvalResult`` or its records (or its summary) alike, so a recorded run's records
+The statistics themselves are :mod:`grpo_helpers.results.stats`'. Every function takes
+an ``EvalResult`` or its records (or its summary) alike, so a recorded run's records
 read from disk compare as well as a fresh evaluation.
 
 Introduced in: 07_evaluating_a_trained_model.ipynb
@@ -26,7 +26,11 @@ from typing import Any, Protocol
 
 import pandas as pd
 
-from grpo_helpers.stats import mcnemar_exact_p, paired_bootstrap_ci, wilson_interval
+from grpo_helpers.results.stats import (
+    mcnemar_exact_p,
+    paired_bootstrap_ci,
+    wilson_interval,
+)
 
 __all__ = [
     "Comparison",
@@ -39,9 +43,9 @@ __all__ = [
 
 
 class Evaluated(Protocol):
-    """What :func:`grpo_helpers.evaluation.evaluate` returns (an ``EvalResult``):
-    per-question records, their summary and a name. Every function here also
-    takes the records DataFrame or the summary dict alone."""
+    """What :func:`grpo_helpers.results.evaluation.evaluate` returns (an
+    ``EvalResult``): per-question records, their summary and a name. Every function
+    here also takes the records DataFrame or the summary dict alone."""
 
     records: pd.DataFrame
     summary: dict[str, Any]

@@ -1,4 +1,4 @@
-"""``grpo_helpers.files``: the one atomic writer, for files and folders alike."""
+"""``grpo_helpers.atomic_write``: the one atomic writer, for files and folders alike."""
 
 from __future__ import annotations
 
@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from grpo_helpers import files
-from grpo_helpers.files import write_atomically, write_text_atomically
+from grpo_helpers import atomic_write
+from grpo_helpers.atomic_write import write_atomically, write_text_atomically
 
-PACKAGE = Path(files.__file__).parent
+PACKAGE = Path(atomic_write.__file__).parent
 
 
 def test_doctests_pass():
-    result = doctest.testmod(files)
+    result = doctest.testmod(atomic_write)
     assert result.failed == 0 and result.attempted > 0
 
 
@@ -73,7 +73,7 @@ def test_no_other_module_renames_into_place():
     """One atomic writer: every other module writes through ``files``."""
     renames = []
     for path in PACKAGE.rglob("*.py"):
-        if path == Path(files.__file__):
+        if path == Path(atomic_write.__file__):
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             if (

@@ -1,6 +1,6 @@
 """The model card (README.md) of a run's exported adapter or merged model.
 
-Kept apart from :mod:`grpo_helpers.export_peft` (which writes and checks the folder)
+Kept apart from :mod:`grpo_helpers.trl.export_peft` (which writes and checks the folder)
 because it is mostly text: how to load it, the base model's provenance, the
 held-out result, the check it passed, notes and the run's settings. Every number
 comes from the export itself.
@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.settings import SMOLLM2
 
 __all__ = ["model_card"]
 
@@ -100,7 +101,7 @@ def model_card(
     name = config.weights_name
     front = ["---", f"library_name: {'peft' if kind == 'peft' else 'transformers'}"]
     if base["kind"] in ("gguf", "hub"):
-        front.append("base_model: HuggingFaceTB/SmolLM2-135M-Instruct")
+        front.append(f"base_model: {SMOLLM2}")
         if base["kind"] == "hub":
             front[-1] = f"base_model: {base['name'][len('hub:') :]}"
     front += ["tags: [grpo, lora, grpo-notebooks]", "---", ""]

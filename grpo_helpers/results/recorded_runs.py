@@ -22,8 +22,8 @@ Every path inside is relative to the project, never absolute; accuracies in
 
 Example::
 
-    >>> from grpo_helpers import reference
-    >>> run = reference.load_run()  # doctest: +SKIP
+    >>> from grpo_helpers.results import recorded_runs
+    >>> run = recorded_runs.load_run()  # doctest: +SKIP
     >>> run.caption  # doctest: +SKIP
     'python bench/cpu_grpo_demo.py --preset notebook --seeds 0 1 2 ..., 2026-12-01, ...'
 
@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 import pandas as pd
 
 from grpo_helpers import provenance
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.settings import SETTINGS
 
 if TYPE_CHECKING:
-    from grpo_helpers import evaluation
+    from grpo_helpers.results import evaluation
 
 #: Where shipped recorded runs live.
 REFERENCE_DIR = SETTINGS.project_root / "data" / "reference_runs"
@@ -140,7 +140,7 @@ class RecordedRun:
             KeyError: no such base-model evaluation in this run; the message lists
                 the ones it has.
         """
-        from grpo_helpers import evaluation
+        from grpo_helpers.results import evaluation
 
         s = self.meta["settings"]
         short = s.get("eval_max_tokens")
@@ -168,7 +168,7 @@ class RecordedRun:
 
 def summarize_records(base: pd.DataFrame, trained: pd.DataFrame) -> dict[str, Any]:
     """Exact and lenient accuracy before / after and McNemar's p, from records."""
-    from grpo_helpers import report
+    from grpo_helpers.results import report
 
     out: dict[str, Any] = {"n": len(base)}
     for grade in ("exact", "lenient"):
@@ -428,3 +428,55 @@ __all__ = [
     "summarize_records",
     "write_run",
 ]
+
+
+def trained_answers(run_dir: str | Path) -> pd.DataFrame:
+    """The trained model's graded answers of one recorded run, in question order."""
+    path = Path(run_dir) / eval_file("trained")
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing: is {run_dir} a recorded run?")
+    lines = path.read_text().splitlines()
+    return pd.DataFrame([json.loads(line) for line in lines if line])
+
+
+def paired_flips(
+    a_dirs: Sequence[str | Path], b_dirs: Sequence[str | Path]
+) -> dict[str, Any]:
+    """Question-by-question flips between paired recorded runs, per grade, pooled.
+
+    Runs pair in the order given (the same seed under two settings, say) and each
+    pair must have scored the same questions (checked by their text: two seeds'
+    held-out questions share their indices). A flip's counts and McNemar's p are
+    ``report.compare``'s, with B as its "base" side and A as its "trained" one.
+
+    Returns:
+        ``{"pairs": [{"a", "b", grade: Comparison}, ...], grade: {"a_only",
+        "b_only", "p"}}`` for the grades ``exact`` and ``lenient``, pooled.
+
+    Raises:
+        ValueError: unequal numbers of runs, or a pair on other questions.
+    """
+    from grpo_helpers.results import report, stats
+
+    if len(a_dirs) != len(b_dirs) or not a_dirs:
+        raise ValueError(
+            f"give as many --a runs as --b runs (got {len(a_dirs)} and {len(b_dirs)})"
+        )
+    grades = ("exact", "lenient")
+    pooled = {grade: [0, 0] for grade in grades}
+    pairs = []
+    for a_dir, b_dir in zip(a_dirs, b_dirs, strict=True):
+        a, b = trained_answers(a_dir), trained_answers(b_dir)
+        if a["question"].tolist() != b["question"].tolist():
+            raise ValueError(f"{a_dir} and {b_dir} did not score the same questions")
+        pair: dict[str, Any] = {"a": Path(a_dir), "b": Path(b_dir)}
+        for grade, counts in pooled.items():
+            pair[grade] = report.compare(b, a, grade, n_bootstrap=0)
+            counts[0] += pair[grade].wrong_to_right
+            counts[1] += pair[grade].right_to_wrong
+        pairs.append(pair)
+    result: dict[str, Any] = {"pairs": pairs}
+    for grade, (a_only, b_only) in pooled.items():
+        p = stats.mcnemar_exact_p(a_only, b_only)
+        result[grade] = {"a_only": a_only, "b_only": b_only, "p": p}
+    return result

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 
 from grpo_helpers.local import counters
+from grpo_helpers.local.batch_plan import common_prefix_len
 from grpo_helpers.local.decoder import Decoder
-from grpo_helpers.local.prefix import common_prefix_len
 
 
 def pad_rows(

@@ -15,9 +15,9 @@ series with Jupyter Book 1 (Sphinx + MyST-NB), offline:
 
 ``make student`` (``python -m grpo_helpers student``) writes the student edition
 with nbgrader: the notebooks without their solutions, each graded cell carrying
-hidden tests with literal expected values (:mod:`grpo_helpers.hidden_tests`) that
-stay in the teacher's course directory. ``python -m grpo_helpers grade`` grades
-handed-in notebooks with them (:mod:`grpo_helpers.grading`).
+hidden tests with literal expected values (:mod:`grpo_helpers.classroom.hidden_tests`)
+that stay in the teacher's course directory. ``python -m grpo_helpers grade`` grades
+handed-in notebooks with them (:mod:`grpo_helpers.classroom.grading`).
 
 Introduced in: the README (for teachers)
 """
@@ -27,7 +27,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import json
-import os
 import re
 import shutil
 import subprocess
@@ -38,8 +37,8 @@ from types import ModuleType
 from typing import Any
 from unittest import mock
 
-from grpo_helpers import hidden_tests
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.classroom import hidden_tests
+from grpo_helpers.settings import SETTINGS
 
 ROOT = SETTINGS.project_root
 NOTEBOOKS = ROOT / "notebooks"
@@ -78,20 +77,13 @@ def executed_mode(path: Path) -> str | None:
 def execute_fast(source: Path, target: Path, timeout: int = 900) -> None:
     """Execute a notebook in fast mode (its kernel sees ``GRPO_FAST=1``)."""
     import nbformat
-    from nbclient import NotebookClient
+
+    from grpo_helpers.classroom import notebooks
 
     nb = nbformat.read(source, as_version=4)
-    previous = os.environ.get("GRPO_FAST")
-    os.environ["GRPO_FAST"] = "1"
-    try:
-        NotebookClient(
-            nb, timeout=timeout, resources={"metadata": {"path": str(NOTEBOOKS)}}
-        ).execute()
-    finally:
-        if previous is None:
-            os.environ.pop("GRPO_FAST", None)
-        else:
-            os.environ["GRPO_FAST"] = previous
+    run = notebooks.execute(nb, cwd=NOTEBOOKS, timeout=timeout, fast=True)
+    if not run.ok:
+        raise RuntimeError(f"{source.name} failed in fast mode: {run.error}")
     nb.metadata["grpo"] = {"fast": True}
     nbformat.write(nb, target)
 
@@ -297,7 +289,8 @@ STUDENT = ROOT / "build" / "student"
 COURSE = ROOT / "build" / "grading"
 SOLUTIONS = NOTEBOOKS / "solutions"
 #: The hidden tests' expected values, in the course directory (teacher's side):
-#: ``{notebook: {grade_id: key}}`` (:attr:`grpo_helpers.hidden_tests.Hidden.key`).
+#: ``{notebook: {grade_id: key}}``
+#: (:attr:`grpo_helpers.classroom.hidden_tests.Hidden.key`).
 KEY = "hidden_key.json"
 ASSIGNMENT = "series"
 COURSE_ID = "grpo-notebooks"
@@ -405,7 +398,7 @@ def source_notebook(path: Path, key: dict[str, Any] | None = None) -> Any:
     * Each self-check cell becomes an autograded test cell worth one point. It
       keeps the learner's check (under grading it runs with
       ``GRPO_STRICT_CHECKS=1``, so a wrong answer raises) and gains the hidden
-      tests (:func:`grpo_helpers.hidden_tests.hidden_test`): the cases of
+      tests (:func:`grpo_helpers.classroom.hidden_tests.hidden_test`): the cases of
       ``HIDDEN_CASES`` in the solutions file, as literals between
       ``### BEGIN HIDDEN TESTS`` / ``### END HIDDEN TESTS`` (nbgrader removes them
       from the student edition and restores them when it autogrades). The
@@ -416,7 +409,8 @@ def source_notebook(path: Path, key: dict[str, Any] | None = None) -> Any:
     Args:
         path: the notebook.
         key: when given, gets ``{grade_id: key}`` of each graded cell (what
-            :func:`grpo_helpers.hidden_tests.judge` compares its results with).
+            :func:`grpo_helpers.classroom.hidden_tests.judge` compares its results
+            with).
     """
     import nbformat
 
@@ -498,7 +492,7 @@ def build_student(out: Path = STUDENT, course: Path = COURSE) -> Path:
     ``course`` is the teacher's nbgrader course directory (``source/`` with the
     solutions and the hidden tests, ``release/``, ``gradebook.db``, and
     :data:`KEY`, the hidden tests' expected values); grading
-    (:func:`grpo_helpers.grading.grade`) reads it. Never hand it out.
+    (:func:`grpo_helpers.classroom.grading.grade`) reads it. Never hand it out.
 
     Returns:
         The folder of student notebooks.

@@ -5,7 +5,7 @@
 ``transformers.AutoModelForCausalLM.from_pretrained`` on a merged folder) and
 compares its logprobs with the local engine's on the run's own prompts and
 completions; :func:`held_out_result` scores the base model and the run's weights on
-the same held-out questions, for the model card. :mod:`grpo_helpers.export_peft`
+the same held-out questions, for the model card. :mod:`grpo_helpers.trl.export_peft`
 writes the folders and refuses an export whose logprobs disagree.
 
 Introduced in: README.md, "When you outgrow this laptop" (after notebook 08)
@@ -188,10 +188,10 @@ def held_out_result(run: Any, questions: int, max_tokens: int) -> dict[str, Any]
     """
     if questions <= 0:
         return None
-    from grpo_helpers import evaluation, report
+    from grpo_helpers.atomic_write import write_text_atomically
     from grpo_helpers.data import load_split
     from grpo_helpers.engines import connect
-    from grpo_helpers.files import write_text_atomically
+    from grpo_helpers.results import evaluation, report
 
     settings = {
         "weights": run.uri,

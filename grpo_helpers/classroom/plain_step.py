@@ -36,8 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from grpo_helpers.checks import STUB_HINT, TimeLimitExceeded, _report, time_limit
-from grpo_helpers.config import SETTINGS
+from grpo_helpers.classroom.self_checks import STUB_HINT, run_check
 
 __all__ = ["NORMALIZATIONS", "PlainBatch", "plain_batch", "plain_step_check"]
 
@@ -217,17 +216,6 @@ def _loss_hint(value: float, want: float, logits: Any, batch: PlainBatch) -> str
         if abs(value - _loss(logits, batch, **kwargs)) <= tol:
             return hint
     return "the loss differs from the engine's loss_sum on the same batch"
-
-
-def _run(exercise: str, check: Callable[[], str], strict: bool | None) -> bool:
-    try:
-        with time_limit(SETTINGS.check_seconds):
-            hint = check()
-    except TimeLimitExceeded as error:
-        hint = str(error)
-    except Exception as error:  # the learner's bug: say so, keep the notebook going
-        hint = f"raised {type(error).__name__}: {error}"
-    return _report(exercise, not hint, hint, strict)
 
 
 @dataclass
@@ -506,4 +494,4 @@ def plain_step_check(
                 )
         return ""
 
-    return _run(exercise, check, strict)
+    return run_check(exercise, check, strict)

@@ -1,0 +1,135 @@
+"""Each knob is written once: the field of ``GRPOConfig`` and its metadata.
+
+The command line's flags, the validation and the TRL export's rules are built from
+the fields (``config.add_arguments``, ``GRPOConfig.validate``,
+``trl.mapping.field_rules``). A made-up knob, added as one field of a subclass,
+shows that one edit is enough: it gets a flag with its help, its range refused by
+name, and a rule in the TRL mapping.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass, fields
+
+import pytest
+
+from grpo_helpers import presets
+from grpo_helpers.cli import build_parser
+from grpo_helpers.config import (
+    GRPOConfig,
+    add_arguments,
+    from_arguments,
+    knob,
+    knob_of,
+    knobs,
+)
+from grpo_helpers.trl.mapping import FieldRule, field_rules
+
+
+@dataclass
+class WithWarmup(GRPOConfig):
+    """The series' run with two made-up knobs, each written once."""
+
+    warmup_steps: int = knob(
+        0,
+        "steps of linear learning-rate warm-up",
+        at_least=0,
+        trl=("warmup_steps",),
+        trl_how="the same",
+    )
+    entropy_coef: float = knob(
+        0.0,
+        "weight of an entropy bonus",
+        at_least=0,
+        below=1,
+        group="objective",
+        trl_how="refused when > 0: TRL 1.16 has no entropy bonus",
+    )
+
+
+def parser_for(cls: type) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="grpo")
+    add_arguments(parser, cls)
+    return parser
+
+
+def test_a_new_knob_is_one_field_flag_help_and_default_included():
+    parser = parser_for(WithWarmup)
+    helptext = parser.format_help()
+    assert "--warmup-steps" in helptext and "linear learning-rate warm-up" in helptext
+    assert "--entropy-coef" in helptext
+    config = from_arguments(parser.parse_args([]), WithWarmup)
+    assert (config.warmup_steps, config.entropy_coef) == (0, 0.0)
+    args = parser.parse_args(["--warmup-steps", "5", "--entropy-coef", "0.01"])
+    config = from_arguments(args, WithWarmup)
+    assert (config.warmup_steps, config.entropy_coef) == (5, 0.01)
+    assert WithWarmup.from_dict(config.to_dict()) == config
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"warmup_steps": -1}, "warmup_steps must be >= 0, got -1"),
+        ({"warmup_steps": 1.5}, "warmup_steps must be an integer, got 1.5"),
+        ({"entropy_coef": 1.0}, r"entropy_coef must be in \[0, 1\), got 1.0"),
+        ({"entropy_coef": math.inf}, "entropy_coef must be a finite number, got inf"),
+        ({"entropy_coef": math.nan}, "entropy_coef must be a finite number, got nan"),
+    ],
+)
+def test_a_new_knob_is_validated_by_its_metadata(values, message):
+    with pytest.raises(ValueError, match=message):
+        WithWarmup(backend="local", **values)
+
+
+def test_a_new_knob_brings_its_rule_to_the_trl_mapping():
+    rules = field_rules(WithWarmup)
+    assert rules["warmup_steps"] == FieldRule(("warmup_steps",), "the same")
+    assert rules["entropy_coef"].trl == () and "refused" in rules["entropy_coef"].how
+    assert set(rules) == {f.name for f in fields(WithWarmup)}
+
+
+def test_the_command_line_has_one_flag_per_field_and_nothing_else_per_knob():
+    train = build_parser()._subparsers._group_actions[0].choices["train"]
+    flags = {a.dest for a in train._actions}
+    names = [f.name for f in fields(GRPOConfig)]
+    assert set(names) <= flags
+    # the rest is how to run, not what the run is
+    assert flags - set(names) == {"help", "mode", "resume", "overwrite"}
+    for f in knobs():
+        action = next(a for a in train._actions if a.dest == f.name)
+        assert action.help == knob_of(f).help and knob_of(f).help, f.name
+        if knob_of(f).choices:
+            spec = knob_of(f)
+            assert tuple(action.choices) == spec.choices + spec.also, f.name
+            assert action.metavar == "{" + ",".join(map(str, spec.choices)) + "}"
+
+
+def test_every_knob_has_help_a_trl_rule_and_a_default_that_validates():
+    for f in fields(GRPOConfig):
+        spec = knob_of(f)
+        assert spec.help and spec.trl_how, f.name
+    GRPOConfig()  # the defaults pass their own rules
+
+
+@pytest.mark.parametrize("setting", [f.name for f in knobs() if f.type == "float"])
+@pytest.mark.parametrize("value", [math.inf, -math.inf, math.nan])
+def test_every_float_knob_refuses_inf_and_nan_by_name(setting, value):
+    with pytest.raises(ValueError, match=f"{setting} must be a finite number"):
+        GRPOConfig(backend="local", **{setting: value})
+
+
+@pytest.mark.parametrize(
+    "preset",
+    [
+        presets.NOTEBOOK,
+        presets.DEMO,
+        presets.PYTRIO,
+        presets.GPU,
+        presets.notebook_run(fast=True),
+    ],
+)
+def test_every_preset_is_a_valid_run(preset):
+    run = {k: v for k, v in preset.items() if k not in presets.EVAL_KEYS}
+    GRPOConfig(backend="local", **run)
