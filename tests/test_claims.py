@@ -349,7 +349,7 @@ UNUSED_SEEDS = (18, 19, 20, 21, 22, 23)
 def test_the_knobs_table_is_generated_from_the_ablation():
     """docs/results.md's table of the knobs, cell by cell, is what
     ``facts.seed_level_table`` makes of the recorded ablation."""
-    from grpo_helpers import ablation
+    from grpo_helpers.results import ablation
 
     text = page_section("docs/results.md", "## The knobs, judged across seeds")
     table = facts.seed_level_table(ablation.load_results()).splitlines()
