@@ -375,6 +375,45 @@ def train_sync(
     return r.finish(weights.path)
 
 
+async def _sample_groups_async(
+    r: _Run, sampler: Any, step: int, progress: bool
+) -> list[PromptGroup]:
+    """One group of completions per prompt of ``step``'s batch, sampled at once.
+
+    ``asyncio.gather`` runs one rollout per prompt concurrently and keeps the
+    input order, so the groups line up with the batch.
+    """
+    config = r.config
+    batch = r.batch(step)
+    with tqdm(
+        total=len(batch),
+        desc=f"GRPO step {step}",
+        unit="prompt",
+        disable=not progress,
+    ) as bar:
+        rollouts = [
+            _counted(
+                run_rollout_group_async(
+                    sampler,
+                    r.tokenizer,
+                    tokens,
+                    gold,
+                    r.params(step, i),
+                    config.group_size,
+                    r.reward_fn,
+                    config.advantage_scale,
+                ),
+                bar,
+            )
+            for i, (_, _, tokens, gold) in enumerate(batch)
+        ]
+        results = await asyncio.gather(*rollouts)
+    return [
+        PromptGroup(index, tokens, gold, samples)
+        for (index, _row, tokens, gold), samples in zip(batch, results, strict=True)
+    ]
+
+
 async def train_async(
     config: GRPOConfig,
     service: Any = None,
@@ -406,35 +445,7 @@ async def train_async(
     for step in r.steps():
         t0 = time.perf_counter()
         sampler = await tc.save_weights_and_get_sampling_client_async()
-        batch = r.batch(step)
-        with tqdm(
-            total=len(batch),
-            desc=f"GRPO step {step}",
-            unit="prompt",
-            disable=not progress,
-        ) as bar:
-            rollouts = [
-                _counted(
-                    run_rollout_group_async(
-                        sampler,
-                        r.tokenizer,
-                        tokens,
-                        gold,
-                        r.params(step, i),
-                        config.group_size,
-                        r.reward_fn,
-                        config.advantage_scale,
-                    ),
-                    bar,
-                )
-                for i, (_, _, tokens, gold) in enumerate(batch)
-            ]
-            # gather keeps the input order, so results line up with the batch.
-            results = await asyncio.gather(*rollouts)
-        groups = [
-            PromptGroup(index, tokens, gold, samples)
-            for (index, _row, tokens, gold), samples in zip(batch, results, strict=True)
-        ]
+        groups = await _sample_groups_async(r, sampler, step, progress)
         t1 = time.perf_counter()
         reference = None
         if r.reference is not None:  # the base model's logprobs, for the KL

@@ -281,35 +281,23 @@ def _fail_first(cell: Any, verdict: str, node: Any) -> None:
     cell.outputs.insert(0, first)
 
 
-def preprocessors(
-    key: dict[str, Any],
-    sources: dict[str, dict[str, str]],
-    watchdog: Watchdog,
-    budgets: dict[str, Any],
-    judge: Any,
-) -> list[type]:
-    """nbgrader's autograde preprocessors with two changes.
-
-    * Its ``Execute`` tells ``watchdog`` which notebook and which cell runs, with
-      each cell's budget (``budgets``: ``{"graded": seconds per hidden case,
-      "cell": seconds for any other cell, "margin": seconds added}``), and kills
-      what the kernel left when the notebook's execution ends.
-    * After it, each graded cell is judged: its code must be the teacher's
-      (``sources[notebook][grade_id]``) and what it printed must hold right
-      results (``judge(printed, key[notebook][grade_id])``). A graded cell that
-      fails gets an error output first, so nbgrader gives it no points.
-    """
+def _kernel_killed(reason: str) -> Any:
+    """An error output that says why the watchdog stopped the kernel."""
     from nbformat.notebooknode import NotebookNode
-    from nbgrader.converters import Autograde
-    from nbgrader.preprocessors import Execute, NbGraderPreprocessor
 
-    def error(reason: str) -> Any:
-        return NotebookNode(
-            output_type="error",
-            ename="KernelKilled",
-            evalue=reason,
-            traceback=[f"KernelKilled: {reason}"],
-        )
+    return NotebookNode(
+        output_type="error",
+        ename="KernelKilled",
+        evalue=reason,
+        traceback=[f"KernelKilled: {reason}"],
+    )
+
+
+def _watched_execute(
+    key: dict[str, Any], watchdog: Watchdog, budgets: dict[str, Any]
+) -> type:
+    """nbgrader's ``Execute``, with every cell's time budget told to ``watchdog``."""
+    from nbgrader.preprocessors import Execute
 
     class WatchedExecute(Execute):
         running = 0  # the index of the cell that runs
@@ -326,7 +314,7 @@ def preprocessors(
                 # on get its reason (the verdict then scores them zero)
                 for cell in nb.cells[self.running :]:
                     if cell.metadata.get("nbgrader", {}).get("grade"):
-                        cell.outputs.append(error(watchdog.stopped[notebook]))
+                        cell.outputs.append(_kernel_killed(watchdog.stopped[notebook]))
                 return nb, resources
             finally:
                 watchdog.end_cell()
@@ -351,6 +339,16 @@ def preprocessors(
             finally:
                 watchdog.end_cell()
 
+    return WatchedExecute
+
+
+def _judge_hidden_tests(
+    key: dict[str, Any], sources: dict[str, dict[str, str]], judge: Any
+) -> type:
+    """A preprocessor that judges each graded cell's printed results with the key."""
+    from nbformat.notebooknode import NotebookNode
+    from nbgrader.preprocessors import NbGraderPreprocessor
+
     class JudgeHiddenTests(NbGraderPreprocessor):  # enabled, as nbgrader's are
         def preprocess(self, nb: Any, resources: Any) -> Any:
             notebook = resources["nbgrader"]["notebook"]
@@ -371,9 +369,35 @@ def preprocessors(
                     _fail_first(cell, verdict, NotebookNode)
             return nb, resources
 
+    return JudgeHiddenTests
+
+
+def preprocessors(
+    key: dict[str, Any],
+    sources: dict[str, dict[str, str]],
+    watchdog: Watchdog,
+    budgets: dict[str, Any],
+    judge: Any,
+) -> list[type]:
+    """nbgrader's autograde preprocessors with two changes.
+
+    * Its ``Execute`` tells ``watchdog`` which notebook and which cell runs, with
+      each cell's budget (``budgets``: ``{"graded": seconds per hidden case,
+      "cell": seconds for any other cell, "margin": seconds added}``), and kills
+      what the kernel left when the notebook's execution ends.
+    * After it, each graded cell is judged: its code must be the teacher's
+      (``sources[notebook][grade_id]``) and what it printed must hold right
+      results (``judge(printed, key[notebook][grade_id])``). A graded cell that
+      fails gets an error output first, so nbgrader gives it no points.
+    """
+    from nbgrader.converters import Autograde
+    from nbgrader.preprocessors import Execute
+
     chain = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = chain.index(Execute)
-    return [*chain[:at], WatchedExecute, JudgeHiddenTests, *chain[at + 1 :]]
+    watched = _watched_execute(key, watchdog, budgets)
+    judged = _judge_hidden_tests(key, sources, judge)
+    return [*chain[:at], watched, judged, *chain[at + 1 :]]
 
 
 __all__ = [

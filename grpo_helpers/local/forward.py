@@ -286,6 +286,64 @@ def _forward_plain(
     return float(loss.detach())
 
 
+def _prefix_pass(
+    host: ModelHost, job: ForwardJob, members: list[_Row], p: int
+) -> tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Step 1 of :func:`_forward_shared`: the shared prefix, once, with a KV cache.
+
+    Returns every member's logprobs at positions ``0 .. p-1`` (``[members, p]``),
+    the prefix positions' summed loss, and each layer's ``(keys, values)``.
+    """
+    device = host.device
+    cache = _new_cache(host.model)
+    out = host.model(
+        input_ids=members[0].ids[:p][None].to(device),
+        cache=cache,
+        use_cache=True,
+    )
+    prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
+    logits = out.logits[0].float()
+    del out, cache
+    # A position whose advantage (or weight) is 0 sends no gradient back: when
+    # that holds for the whole prefix (GRPO's prompt), the backward skips its
+    # output layer and log-softmax.
+    column = 2 if job.loss != "cross_entropy" else 0
+    if not any(bool(r.values[column, :p].any()) for r in members):
+        logits = logits.detach()
+    logp = torch.log_softmax(logits, dim=-1)  # [p, V]
+    del logits
+    tgt = torch.stack([r.targets[:p] for r in members]).to(device)
+    prefix_lp = logp[torch.arange(p, device=device)[None], tgt.clamp(0)]
+    prefix_loss = _token_loss_sum(
+        job, prefix_lp, members, lambda r: (r.targets[:p], r.values[:, :p])
+    )
+    return prefix_lp, prefix_loss, prefix_kv
+
+
+def _backward_through_prefix(
+    prefix_loss: torch.Tensor,
+    prefix_kv: list[tuple[torch.Tensor, torch.Tensor]],
+    leaves: list[tuple[torch.Tensor, torch.Tensor]],
+) -> None:
+    """Step 3 of :func:`_forward_shared`: one backward through the prefix.
+
+    The suffix chunks left their gradients on the detached key/value ``leaves``;
+    they flow back through the prefix's own keys and values together with the
+    prefix positions' loss, so the prefix's gradient is computed once.
+    """
+    outputs, grads = [], []
+    if prefix_loss.requires_grad:
+        outputs.append(prefix_loss)
+        grads.append(torch.ones_like(prefix_loss))
+    for (k, v), (k_leaf, v_leaf) in zip(prefix_kv, leaves, strict=True):
+        for t, leaf in ((k, k_leaf), (v, v_leaf)):
+            if leaf.grad is not None:
+                outputs.append(t)
+                grads.append(leaf.grad)
+    if outputs:
+        torch.autograd.backward(outputs, grads)
+
+
 def _forward_shared(
     host: ModelHost,
     adapter: str,
@@ -311,36 +369,13 @@ def _forward_shared(
     Mathematically this is the plain forward; the tests compare the two.
     """
     counters.add("training_shared_groups")
-    device = host.device
     p = group.prefix_len
     members = [rows[i] for i in group.members]
     total = 0.0
     with host.lock:
         host.activate(adapter, trainable=backward)
         with torch.set_grad_enabled(backward):
-            cache = _new_cache(host.model)
-            out = host.model(
-                input_ids=members[0].ids[:p][None].to(device),
-                cache=cache,
-                use_cache=True,
-            )
-            prefix_kv = [(layer.keys, layer.values) for layer in cache.layers]
-            logits = out.logits[0].float()
-            del out, cache
-            # A position whose advantage (or weight) is 0 sends no gradient
-            # back: when that holds for the whole prefix (GRPO's prompt), the
-            # backward skips its output layer and log-softmax.
-            column = 2 if job.loss != "cross_entropy" else 0
-            if not any(bool(r.values[column, :p].any()) for r in members):
-                logits = logits.detach()
-            logp = torch.log_softmax(logits, dim=-1)  # [p, V]
-            del logits
-            tgt = torch.stack([r.targets[:p] for r in members]).to(device)
-            prefix_lp = logp[torch.arange(p, device=device)[None], tgt.clamp(0)]
-            prefix_loss = _token_loss_sum(
-                job, prefix_lp, members, lambda r: (r.targets[:p], r.values[:, :p])
-            )
-            del logp
+            prefix_lp, prefix_loss, prefix_kv = _prefix_pass(host, job, members, p)
             leaves = [
                 (
                     k.detach().requires_grad_(backward),
@@ -362,17 +397,7 @@ def _forward_shared(
                     loss.backward()
                 total += float(loss.detach())
             if backward:
-                outputs, grads = [], []
-                if prefix_loss.requires_grad:
-                    outputs.append(prefix_loss)
-                    grads.append(torch.ones_like(prefix_loss))
-                for (k, v), (k_leaf, v_leaf) in zip(prefix_kv, leaves, strict=True):
-                    for t, leaf in ((k, k_leaf), (v, v_leaf)):
-                        if leaf.grad is not None:
-                            outputs.append(t)
-                            grads.append(leaf.grad)
-                if outputs:
-                    torch.autograd.backward(outputs, grads)
+                _backward_through_prefix(prefix_loss, prefix_kv, leaves)
             total += float(prefix_loss.detach())
     head = prefix_lp.detach().float().cpu()
     for m, i in enumerate(group.members):

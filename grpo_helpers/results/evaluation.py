@@ -384,6 +384,48 @@ def _records_frame(records: list[dict[str, Any]], num_samples: int) -> pd.DataFr
     return frame
 
 
+async def _sample_all(
+    sampling_client: Any,
+    prompt_tokens: list[list[int]],
+    params: Any,
+    *,
+    num_samples: int,
+    concurrency: int,
+    bar: Any,
+) -> list[Any]:
+    """One sampling response per prompt, in the prompts' order.
+
+    At most ``concurrency`` requests are in flight; ``bar`` (a tqdm bar) counts
+    each response as it arrives. If one request fails, the others are cancelled
+    and collected before the error goes on, so no task outlives the call.
+    """
+    semaphore = asyncio.Semaphore(concurrency)
+
+    async def sample_one(position: int) -> tuple[int, Any]:
+        async with semaphore:
+            response = await sampling_client.sample_async(
+                prompt=pytrio.ModelInput.from_ints(prompt_tokens[position]),
+                num_samples=num_samples,
+                sampling_params=params,
+            )
+        return position, response
+
+    responses: list[Any] = [None] * len(prompt_tokens)
+    tasks = [asyncio.ensure_future(sample_one(i)) for i in range(len(prompt_tokens))]
+    try:
+        with bar:
+            # Responses arrive in any order; each goes back to its question's slot.
+            for next_done in asyncio.as_completed(tasks):
+                position, response = await next_done
+                responses[position] = response
+                bar.update(1)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return responses
+
+
 async def evaluate_async(
     sampling_client: Any,
     tokenizer: Any,
@@ -443,35 +485,15 @@ async def evaluate_async(
         stop=prompts.get_stop_sequences(tokenizer),
         seed=seed,
     )
-    semaphore = asyncio.Semaphore(concurrency)
-
-    async def sample_one(position: int) -> tuple[int, Any]:
-        async with semaphore:  # at most ``concurrency`` requests in flight
-            response = await sampling_client.sample_async(
-                prompt=pytrio.ModelInput.from_ints(prompt_tokens[position]),
-                num_samples=num_samples,
-                sampling_params=params,
-            )
-        return position, response
-
     start = time.perf_counter()
-    responses: list[Any] = [None] * len(rows)
-    tasks = [asyncio.ensure_future(sample_one(i)) for i in range(len(rows))]
-    try:
-        with tqdm(
-            total=len(rows), desc=f"eval {name}", unit="q", disable=not progress
-        ) as bar:
-            # Responses arrive in any order; each goes back to its question's slot.
-            for next_done in asyncio.as_completed(tasks):
-                position, response = await next_done
-                responses[position] = response
-                bar.update(1)
-    finally:
-        # After a failure, stop the requests still waiting and collect them all, so
-        # no task outlives this call or leaves an unretrieved exception behind.
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+    responses = await _sample_all(
+        sampling_client,
+        prompt_tokens,
+        params,
+        num_samples=num_samples,
+        concurrency=concurrency,
+        bar=tqdm(total=len(rows), desc=f"eval {name}", unit="q", disable=not progress),
+    )
     seconds = time.perf_counter() - start
 
     records = [

@@ -197,22 +197,9 @@ def _learning(row: Mapping[str, Any]) -> str:
     )
 
 
-def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
-    """Facts of the recorded ablation, judged across seeds.
-
-    For every variant: its verdict sentence (``ablation.verdicts``, both grades),
-    the per-seed differences from the baseline in points, its own gain over its
-    base model per seed, and its mechanisms (``ablation.mechanism_table``). For the
-    ablation as a whole: the seeds, the spread of the per-seed differences and the
-    smallest difference that many seeds can detect.
-    """
-    recorded = ablation.load_results(directory)
+def _learning_facts(recorded: list[dict[str, Any]]) -> dict[str, str]:
+    """Each baseline seed's gain over its base model, and each variant's per seed."""
     facts: dict[str, str] = {}
-    if not recorded:
-        return facts
-    seeds = sorted({r["seed"] for r in recorded if r["variant"] == "baseline"})
-    facts["seeds"] = _seeds(seeds)
-    facts["seed count"] = str(len(seeds))
     learning = ablation.baseline_learning(recorded)
     for row in learning.to_dict("records"):
         facts[f"baseline seed {row['seed']}"] = _learning(row)
@@ -234,32 +221,40 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
         facts[f"{variant}: exact points gained"] = (
             f"{_listed(gains)} points on {_seeds(list(table['seed']))}"
         )
-    for grade in ("exact", "lenient"):
-        table = ablation.seed_level(recorded, grade)
-        for row, line in zip(
-            table.to_dict("records"), ablation.verdicts(table), strict=True
-        ):
-            variant = row["variant"]
-            facts[f"{variant} {grade}"] = line.split(": ", 1)[1]
-            facts[f"{variant} {grade} verdict"] = ablation.verdict(row)
-            facts[f"{variant} {grade} per seed"] = (
-                f"{_listed([_points(d) for d in row['differences']])} points on "
-                f"{_seeds(row['seed_list'])}"
-            )
-        if not table.empty:
-            first = table.iloc[0]
-            facts[f"noise sd {grade}"] = f"{100 * first['noise_sd']:.0f} points"
-            n = int(table["seeds"].min())
-            facts[f"detectable {grade}"] = (
-                f"{100 * stats.detectable_difference(first['noise_sd'], n):.0f} points "
-                f"with {n} seeds"
-            )
-            needed = next(
-                k
-                for k in range(2, 1000)
-                if stats.detectable_difference(first["noise_sd"], k) <= 0.10
-            )
-            facts[f"seeds for 10 points {grade}"] = f"{needed} seeds"
+    return facts
+
+
+def _verdict_facts(recorded: list[dict[str, Any]], grade: str) -> dict[str, str]:
+    """Each variant's seed-level verdict in one grade, and what the seeds can detect."""
+    facts: dict[str, str] = {}
+    table = ablation.seed_level(recorded, grade)
+    for row, line in zip(
+        table.to_dict("records"), ablation.verdicts(table), strict=True
+    ):
+        variant = row["variant"]
+        facts[f"{variant} {grade}"] = line.split(": ", 1)[1]
+        facts[f"{variant} {grade} verdict"] = ablation.verdict(row)
+        facts[f"{variant} {grade} per seed"] = (
+            f"{_listed([_points(d) for d in row['differences']])} points on "
+            f"{_seeds(row['seed_list'])}"
+        )
+    if table.empty:
+        return facts
+    noise_sd = table.iloc[0]["noise_sd"]
+    facts[f"noise sd {grade}"] = f"{100 * noise_sd:.0f} points"
+    n = int(table["seeds"].min())
+    facts[f"detectable {grade}"] = (
+        f"{100 * stats.detectable_difference(noise_sd, n):.0f} points with {n} seeds"
+    )
+    needed = next(
+        k for k in range(2, 1000) if stats.detectable_difference(noise_sd, k) <= 0.10
+    )
+    facts[f"seeds for 10 points {grade}"] = f"{needed} seeds"
+    return facts
+
+
+def _knobs_summary(recorded: list[dict[str, Any]]) -> str:
+    """One sentence: how many variants the seeds tell apart from the baseline."""
     exact = ablation.seed_level(recorded, "exact")
     apart = [
         f"{row['variant']} ({ablation.verdict(row).split(' than')[0]})"
@@ -267,12 +262,22 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
         if "distinguishable" not in ablation.verdict(row)
     ]
     n = int(exact["seeds"].min()) if not exact.empty else 0
-    facts["knobs summary"] = (
+    return (
         f"over {n} seeds, {len(apart)} of the {len(exact)} variants "
         + ("ends" if len(apart) == 1 else "end")
         + " distinguishable from the baseline in exact accuracy"
         + (f": {_listed(apart)}" if apart else "")
     )
+
+
+def _mechanism_facts(recorded: list[dict[str, Any]]) -> dict[str, str]:
+    """How each variant acts, step by step, whatever its outcome.
+
+    The steps whose mean reward equals the baseline's (same seed), the range of
+    its gradient norm over the baseline's, and the mean of every mechanism
+    (``ablation.MECHANISMS``).
+    """
+    facts: dict[str, str] = {}
     by_key = {(r["variant"], r["seed"]): pd.DataFrame(r["metrics"]) for r in recorded}
     same: dict[str, list[pd.Series]] = {}
     ratios: dict[str, list[pd.Series]] = {}
@@ -299,6 +304,28 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
             value = row.get(name, math.nan)
             if not (isinstance(value, float) and math.isnan(value)):
                 facts[f"{variant}: {name}"] = f"{value:.3g}"
+    return facts
+
+
+def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
+    """Facts of the recorded ablation, judged across seeds.
+
+    For every variant: its verdict sentence (``ablation.verdicts``, both grades),
+    the per-seed differences from the baseline in points, its own gain over its
+    base model per seed, and its mechanisms (``ablation.mechanism_table``). For the
+    ablation as a whole: the seeds, the spread of the per-seed differences and the
+    smallest difference that many seeds can detect.
+    """
+    recorded = ablation.load_results(directory)
+    if not recorded:
+        return {}
+    seeds = sorted({r["seed"] for r in recorded if r["variant"] == "baseline"})
+    facts = {"seeds": _seeds(seeds), "seed count": str(len(seeds))}
+    facts |= _learning_facts(recorded)
+    for grade in ("exact", "lenient"):
+        facts |= _verdict_facts(recorded, grade)
+    facts["knobs summary"] = _knobs_summary(recorded)
+    facts |= _mechanism_facts(recorded)
     return facts
 
 

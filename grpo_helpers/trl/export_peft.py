@@ -31,7 +31,7 @@ Self-contained with :mod:`~grpo_helpers.trl.export_checks` and
 directory and the engine's checkpoints, and use the engine only to check and
 evaluate.
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 08)
+Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
 """
 
 from __future__ import annotations
@@ -286,6 +286,34 @@ def _write_merged(run: RunWeights, base: dict[str, Any], folder: Path) -> list[s
 # --------------------------------------------------------------------------- export
 
 
+def _check_target(folder: Path, overwrite: bool) -> None:
+    """Refuse a folder that holds something, unless ``overwrite``; never a file."""
+    if folder.exists() and not (folder.is_dir() and not any(folder.iterdir())):
+        if not overwrite:
+            raise ExportError(
+                f"{folder} exists; pass --overwrite to replace it (nothing was written)"
+            )
+        if not folder.is_dir():
+            raise ExportError(f"{folder} is a file, not an export folder")
+
+
+def _export_notes(run: RunWeights, base: dict[str, Any], merged: bool) -> list[str]:
+    """What a user of the exported model must know: the model card's notes."""
+    notes = []
+    if not merged and run.meta.get("train_unembed", True):
+        notes.append(
+            "The adapter adapts the output layer (lm_head) too, as PyTRIO's "
+            "trainer does. vLLM's LoRA serving does not load an lm_head adapter: "
+            "serve the merged folder (--merged)."
+        )
+    if base["kind"] == "gguf":
+        notes.append(
+            "Its base is the dequantised 4-bit GGUF, not the hub's original "
+            "weights; on those the adapter is another model, not compared here."
+        )
+    return notes
+
+
 def export_peft(
     run_dir: str | Path,
     out: str | Path | None = None,
@@ -322,30 +350,13 @@ def export_peft(
     kind = "merged" if merged else "peft"
     run = read_run(run_dir, base_model)
     folder = Path(out or Path("exports") / f"{run.config.weights_name}-{kind}")
-    if folder.exists() and not (folder.is_dir() and not any(folder.iterdir())):
-        if not overwrite:
-            raise ExportError(
-                f"{folder} exists; pass --overwrite to replace it (nothing was written)"
-            )
-        if not folder.is_dir():
-            raise ExportError(f"{folder} is a file, not an export folder")
+    _check_target(folder, overwrite)
     defaults = presets.notebook_eval(FAST)
     questions = defaults["eval_questions"] if eval_questions is None else eval_questions
     tokens = defaults["eval_max_tokens"] if eval_max_tokens is None else eval_max_tokens
     base = base_facts(run.config.model_name)
     heldout = held_out_result(run, questions, tokens)
-    notes = []
-    if not merged and run.meta.get("train_unembed", True):
-        notes.append(
-            "The adapter adapts the output layer (lm_head) too, as PyTRIO's "
-            "trainer does. vLLM's LoRA serving does not load an lm_head adapter: "
-            "serve the merged folder (--merged)."
-        )
-    if base["kind"] == "gguf":
-        notes.append(
-            "Its base is the dequantised 4-bit GGUF, not the hub's original "
-            "weights; on those the adapter is another model, not compared here."
-        )
+    notes = _export_notes(run, base, merged)
     result: dict[str, Any] = {}
 
     def write(tmp: Path) -> None:
