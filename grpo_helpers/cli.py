@@ -56,6 +56,7 @@ def _add_run_arguments(p: argparse.ArgumentParser, suppress: bool = False) -> No
 
 
 def cmd_train(args: argparse.Namespace) -> int:
+    """``grpo train``: one GRPO run from the flags; returns the exit status."""
     from grpo_helpers.training import train_async, train_sync
 
     started = time.time()
@@ -148,6 +149,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_export_peft(args: argparse.Namespace) -> int:
+    """``grpo export peft``: a run's weights as a PEFT adapter or merged model."""
     from grpo_helpers.trl import export_peft
 
     result = export_peft.export_peft(
@@ -179,6 +181,7 @@ def cmd_export_peft(args: argparse.Namespace) -> int:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    """``grpo export trl|peft``: a TRL script for the settings, or a run's weights."""
     from grpo_helpers.trl import export, mapping
 
     if args.target == "peft":
@@ -240,6 +243,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    """``grpo eval``: held-out accuracy of a run's weights, or base against trained."""
     from grpo_helpers.data import load_split
     from grpo_helpers.engines import connect
     from grpo_helpers.results import evaluation, report
@@ -325,6 +329,7 @@ def _series_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_series(args: argparse.Namespace) -> int:
+    """``grpo series``: run the notebooks in order and report each one's time."""
     import nbformat
 
     from grpo_helpers.classroom import course, notebooks
@@ -381,6 +386,7 @@ def _book_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_book(args: argparse.Namespace) -> int:
+    """``grpo book``: build the course site (Jupyter Book) from the series."""
     from grpo_helpers.classroom import course
 
     built = course.build_book(Path(args.out))
@@ -414,6 +420,7 @@ def _student_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_student(args: argparse.Namespace) -> int:
+    """``grpo student``: the student edition: solutions out, exercises graded."""
     from grpo_helpers.classroom import course
 
     notebooks = course.build_student(Path(args.out), Path(args.course))
@@ -478,6 +485,7 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
+    """``grpo grade``: grade handed-in notebooks and write ``grades.csv``."""
     from grpo_helpers.classroom import grading
 
     submissions = Path(args.submissions)
@@ -504,6 +512,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``grpo`` command line: one subcommand per ``cmd_*`` function."""
     parser = argparse.ArgumentParser(
         prog="grpo", description="GRPO on GSM8K, step by step (grpo-notebooks)."
     )
@@ -530,6 +539,7 @@ COMMANDS = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` (default ``sys.argv``), run the subcommand, return its status."""
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

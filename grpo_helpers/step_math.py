@@ -17,6 +17,27 @@ it built by hand:
 
 Nothing here calls an engine or writes a file.
 
+Example: two prompts of two completions each; the second group is degenerate.
+
+>>> from grpo_helpers.datum import RolloutSample
+>>> right = RolloutSample([5, 6], [-0.1, -0.2], "It is 4.", reward=1.0, advantage=0.5)
+>>> wrong = RolloutSample([7], [-0.3], "It is 5.", reward=0.0, advantage=-0.5)
+>>> same = RolloutSample([8], [-0.4], "It is 5.", reward=0.0, advantage=0.0)
+>>> groups = [PromptGroup(0, [1, 2, 3], "4", [right, wrong]),
+...           PromptGroup(1, [1, 2], "9", [same, same])]
+>>> [group.degenerate for group in groups]
+[False, True]
+>>> datums = build_step_datums(groups)
+>>> [datum.model_input.length for datum in datums]  # P + C - 1 tokens each
+[4, 3]
+>>> row = step_metrics(0, groups, datums, max_tokens=48,
+...                    loss_metrics={"loss_mean": -0.25},
+...                    optim_metrics={"grad_norm": 1.5},
+...                    seconds={"sampling": 1.0, "training": 0.5, "total": 1.5})
+>>> print(format_step_line(row))  # doctest: +NORMALIZE_WHITESPACE
+Step 0 | reward: 0.250 | acc: 0% | degenerate: 50% | datums: 2 | tokens mean/max:
+1.2/2 | hit max: 0 | loss: -0.2500 | 1.5s
+
 Introduced in: 05_sync_training_loop.ipynb (a step by hand), 09_what_the_knobs_do.ipynb
 (ratios and the KL)
 """
@@ -36,12 +57,18 @@ from grpo_helpers.advantages import is_degenerate, kl_penalty, length_scales
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.rewards import answers_match, grade_answer, read_answer
 
-#: Metrics of the objective's knobs (notebook 08); NaN when not measured.
+#: Metrics of the objective's knobs (notebook 09); NaN when not measured.
 OBJECTIVE_METRICS = ("ratio_mean", "clip_frac", "kl_k1", "kl_k3", "updates")
 
 
 def derive_seed(seed: int, step: int, prompt: int) -> int:
-    """A sampling seed for one prompt of one step: repeatable, distinct per call."""
+    """A sampling seed for one prompt of one step: repeatable, distinct per call.
+
+    >>> derive_seed(0, step=0, prompt=1), derive_seed(0, step=1, prompt=0)
+    (1, 10007)
+    >>> derive_seed(7, 3, 2) == derive_seed(7, 3, 2)
+    True
+    """
     return (seed * 1_000_003 + step * 10_007 + prompt) % (2**31 - 1)
 
 
@@ -96,6 +123,19 @@ def build_step_datums(
         One Datum per completion of the non-degenerate groups (without the
         truncated ones when masked). With the defaults each is exactly
         ``build_grpo_datum(prompt_tokens, sample)``.
+
+    Example: one group of a right (2 tokens) and a wrong (1 token) completion.
+    Each Datum holds ``P + C - 1`` positions; the prompt's get advantage 0.
+
+    >>> from grpo_helpers.datum import RolloutSample
+    >>> group = PromptGroup(0, [1, 2, 3], "4", [
+    ...     RolloutSample([5, 6], [-0.1, -0.2], "It is 4.", 1.0, advantage=0.5),
+    ...     RolloutSample([7], [-0.3], "It is 5.", 0.0, advantage=-0.5)])
+    >>> [d.loss_fn_inputs["advantages"].tolist() for d in build_step_datums([group])]
+    [[0.0, 0.0, 0.5, 0.5], [0.0, 0.0, -0.5]]
+    >>> first = build_step_datums([group], normalization="sequence_mean")[0]
+    >>> first.loss_fn_inputs["advantages"].tolist()  # divided by its 2 tokens
+    [0.0, 0.0, 0.25, 0.25]
     """
     kept = [g for g in groups if not g.degenerate]
     count = sum(len(g.samples) for g in kept)
@@ -184,6 +224,21 @@ def ratio_metrics(
     Args:
         outputs: the ``ForwardBackwardOutput`` of each update.
         datums: the step's Datums (their sampler logprobs and advantages).
+
+    Example: the learner's logprob of one token of three rose by log 1.3.
+
+    >>> import math
+    >>> from types import SimpleNamespace
+    >>> from grpo_helpers.datum import RolloutSample, build_grpo_datum
+    >>> right = RolloutSample([5, 6], [-0.1, -0.2], "4", 1.0, advantage=0.5)
+    >>> wrong = RolloutSample([7], [-0.3], "5", 0.0, advantage=-0.5)
+    >>> datums = [build_grpo_datum([1, 2, 3], s) for s in (right, wrong)]
+    >>> learner = [[0, 0, -0.1 + math.log(1.3), -0.2], [0, 0, -0.3]]
+    >>> out = SimpleNamespace(loss_fn_outputs=[
+    ...     {"logprobs": np.array(lp)} for lp in learner])
+    >>> metrics = ratio_metrics([out], datums, clip_low=0.8, clip_high=1.2)
+    >>> round(metrics["ratio_mean"], 4), round(metrics["clip_frac"], 4)
+    (1.1, 0.3333)
     """
     ratios: list[float] = []
     clipped = 0
