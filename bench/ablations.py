@@ -1,11 +1,11 @@
-"""Record notebook 08's ablation: every variant of the GRPO objective, three seeds.
+"""Record notebook 09's ablation: every variant of the GRPO objective, three seeds.
 
 Each (variant, seed) is notebook 05's run (``grpo_helpers.results.ablation.BASELINE``:
 30 sync steps of SmolLM2 on the arithmetic problems) with one change, scored on 100
 problems of the final test split before and after training, and written to
 ``data/reference_runs/ablation/<variant>-seed<k>.json``. The script is resumable: a
 (variant, seed) whose file exists is skipped, and an interrupted one continues from
-its last checkpoint (its run directory under ``runs/ablation/``). Notebook 08 plots
+its last checkpoint (its run directory under ``runs/ablation/``). Notebook 09 plots
 the files and tests each variant against the baseline.
 
 Run::

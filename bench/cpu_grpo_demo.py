@@ -251,7 +251,7 @@ class _Scorer:
 
     def prompt_baselines(self) -> dict[str, Any]:
         """The base model on the same questions, graded the same way, with another
-        worked example or none (notebook 07, section 8)."""
+        worked example or none (notebook 08, section 2)."""
         return {
             prompt: self(self.sampler, prompt, fewshot=prompts.PROMPT_EXAMPLES[prompt])
             for prompt in ("zero-shot", "arithmetic example")

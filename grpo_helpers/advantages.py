@@ -201,7 +201,7 @@ def batch_summary(groups_of_rewards: Sequence[Sequence[float]]) -> dict[str, flo
 
 # ----------------------------------------------------------------------------------
 # Length normalisation and the KL penalty: both are transforms of the advantages,
-# because the engine's loss is a plain sum over tokens (see notebook 08).
+# because the engine's loss is a plain sum over tokens (see notebook 09).
 # ----------------------------------------------------------------------------------
 
 #: Valid values of ``mode`` in :func:`length_scales`.

@@ -109,7 +109,7 @@ def build_grpo_datum(
         sample: the completion (``C >= 1`` tokens) with its logprobs and advantage.
         token_advantages: optional, one advantage per completion token (``C``
             values) instead of ``sample.advantage`` repeated: what a length
-            normalisation or a KL penalty produces (notebook 08).
+            normalisation or a KL penalty produces (notebook 09).
 
     Returns:
         A Datum whose ``model_input`` is ``prompt + completion[:-1]`` (length

@@ -55,7 +55,7 @@ FEWSHOT_PREFIX: list[dict[str, str]] = [
 
 
 #: A worked example in the arithmetic problems' own style, for the prompt-only
-#: baseline of notebook 07 (one arithmetic example in place of the strawberry one).
+#: baseline of notebook 08 (one arithmetic example in place of the strawberry one).
 #: Its name and numbers are outside the generator's
 #: (``arithmetic.make_arithmetic_problems`` has no "Mia"), so it is never one of the
 #: held-out questions.
@@ -72,7 +72,7 @@ ARITHMETIC_EXAMPLE: list[dict[str, str]] = [
     },
 ]
 
-#: The prompts notebook 07 compares, by name: the series' own (the strawberry
+#: The prompts notebook 08 compares, by name: the series' own (the strawberry
 #: example), one arithmetic example instead, and no example at all.
 PROMPT_EXAMPLES: dict[str, list[dict[str, str]]] = {
     "strawberry example": FEWSHOT_PREFIX,

@@ -1,6 +1,6 @@
-"""Notebook 08's ablation (grpo_helpers.results.ablation, bench/ablations.py): its
+"""Notebook 09's ablation (grpo_helpers.results.ablation, bench/ablations.py): its
 baseline is notebook 05's run, each variant changes what its name says and nothing
-else, the smoke run writes what notebook 08 reads, and the pooled paired statistics."""
+else, the smoke run writes what notebook 09 reads, and the pooled paired statistics."""
 
 from __future__ import annotations
 
@@ -259,7 +259,7 @@ def test_quick_ablation_writes_what_the_knobs_notebook_reads(tmp_path):
         assert provenance["model_file"]["model"] == "tiny-random"
         assert json.dumps(record)  # plain JSON, no absolute path
         assert str(SETTINGS.project_root) not in json.dumps(record["settings"])
-    # everything notebook 08 draws from the records
+    # everything notebook 09 draws from the records
     metrics = ablation.metrics_frame(results)
     for column, _ in ablation.MECHANISMS.values():
         assert column in metrics

@@ -1,4 +1,4 @@
-"""The answer classes of notebook 07 (grpo_helpers.results.answers): every class and
+"""The answer classes of notebook 08 (grpo_helpers.results.answers): every class and
 every tie of the precedence on hand-written completions, and the classes against the
 grades they must agree with on real records."""
 

@@ -712,7 +712,7 @@ def test_notebook_is_stripped_and_names_its_solutions(key):
 
 
 def test_self_check_compares_ragged_lists_element_by_element():
-    """Notebook 08's exercise 1 returns lists of different lengths: no array form."""
+    """Notebook 09's exercise 1 returns lists of different lengths: no array form."""
     want = [[1.0, 0.5], [0.25, 0.25, 0.25], [1.0]]
     assert self_checks.self_check(
         "ragged", lambda: [list(w) for w in want], want, tol=1e-9

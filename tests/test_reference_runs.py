@@ -70,7 +70,7 @@ def test_the_shipped_run_is_notebook_05s_defaults():
 
 
 def test_the_shaped_reward_run_differs_from_the_defaults_in_its_reward_only():
-    """Notebook 07's labelled experiment: the same settings, the article's reward."""
+    """Notebook 08's labelled experiment: the same settings, the article's reward."""
     defaults = recorded_runs.load_run()
     shaped = recorded_runs.load_run("shaped-reward")
     assert recorded_runs.check_run(shaped) == []
@@ -209,7 +209,7 @@ def test_the_bench_writes_a_recorded_run(tmp_path):
 
 def test_the_recorded_ablation_is_todays_baseline_with_one_change_per_run():
     """Every recorded (variant, seed) run is today's baseline with its variant's
-    change, scored on the same questions as the baseline of its seed; notebook 08
+    change, scored on the same questions as the baseline of its seed; notebook 09
     reads whatever is recorded, and says how many seeds each variant has."""
     results = ablation.load_results()
     seen = {(r["variant"], r["seed"]) for r in results}

@@ -705,7 +705,7 @@ GROUP16_RUNS = Path(__file__).resolve().parents[1] / "bench/results/stall-group1
 #: The same two seeds from scratch with the worked_v2 reward (validation split), and
 #: its test seeds (0, the recorded run, and 18-23).
 WORKED_RUNS = Path(__file__).resolve().parents[1] / "bench/results/worked-v2"
-#: Notebook 08's first ablation, whose baseline trained on binary.
+#: The knobs notebook's first ablation, whose baseline trained on binary.
 BINARY_ABLATION = Path(__file__).resolve().parents[1] / "bench/results/ablation-binary"
 
 

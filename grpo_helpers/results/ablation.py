@@ -45,7 +45,7 @@ from grpo_helpers.settings import SETTINGS, SMOLLM2
 ABLATION_DIR = recorded_runs.REFERENCE_DIR / "ablation"
 
 #: The KL variant's weight: large enough that its KL to the base model stays
-#: visibly below the baseline's (notebook 08 plots both).
+#: visibly below the baseline's (notebook 09 plots both).
 KL_BETA = 0.2
 #: The reward the reward variant trains on instead of the baseline's.
 OTHER_REWARD = "binary" if presets.NOTEBOOK["reward"] != "binary" else "shaped"
@@ -188,7 +188,7 @@ def run_variant(
     Args:
         variant: a key of :data:`VARIANTS`.
         seed: seeds the LoRA initialisation, the sampling and the data split.
-        base: the baseline configuration (notebook 08 shrinks it in fast mode).
+        base: the baseline configuration (notebook 09 shrinks it in fast mode).
         out_dir: where to write ``<variant>-seed<k>.json``; None writes nothing.
         run_root: where the run directory goes (default ``runs/ablation``).
         service: a ServiceClient (default: the local engine, checkpoints in the

@@ -1,7 +1,7 @@
 r"""What kind of answer is this? One class per graded answer, read from its text.
 
 Exact and lenient accuracy say *how many* answers were right. To say *what* a GRPO
-run learned, notebook 07 sorts every graded answer into one class, from the
+run learned, notebook 08 sorts every graded answer into one class, from the
 completion alone (plus the problem's operation, where it is known):
 
 =====================================  =============================================

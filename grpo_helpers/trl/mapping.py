@@ -13,7 +13,7 @@ The losses are compared, not assumed: ``tests/test_trl_oracle.py`` computes TRL'
 own loss and the series' on the same tensors for each mapping below, and each known
 difference (:data:`KNOWN_DIFFERENCES`) names the test that pins it.
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 08)
+Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def refusals(config: GRPOConfig) -> list[tuple[str, str]]:
 def loss_scale(config: GRPOConfig) -> float:
     """``c`` such that the series' loss is ``c`` times TRL's on the same batch.
 
-    The local engine minimises a plain sum of per-token losses (notebook 08); TRL
+    The local engine minimises a plain sum of per-token losses (notebook 09); TRL
     divides it by the normalisation of its ``loss_type``. With ``N = batch_size x
     group_size`` completions and ``L = max_tokens``:
 
