@@ -199,3 +199,21 @@ def test_the_conda_environment_takes_the_cpu_build():
         "CPU_INDEX := https://download.pytorch.org/whl/cpu"
         in (ROOT / "Makefile").read_text()
     )
+
+
+@pytest.mark.parametrize("script", ["setup_time.sh", "setup_download.sh"])
+def test_the_set_up_benches_parse(script):
+    """The set-up benches need the network and do not run here: bash parses them."""
+    done = subprocess.run(
+        ["bash", "-n", str(ROOT / "bench" / script)], capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+
+
+def test_setup_download_says_what_to_run_first_without_a_venv(tmp_path):
+    """Where no ``.venv`` exists, the download bench stops at once and says why."""
+    (tmp_path / "bench").mkdir()
+    script = shutil.copy(ROOT / "bench" / "setup_download.sh", tmp_path / "bench")
+    done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 2
+    assert "run make setup first" in done.stderr
