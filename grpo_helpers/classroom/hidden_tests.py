@@ -145,7 +145,9 @@ def run_hidden_tests(
 
     Self-contained (its imports and helpers are inside; :func:`fingerprint` and
     :func:`fingerprint_hash` are copied beside it): its source is copied into
-    graded cells.
+    graded cells. It stays one function on purpose: its helpers are closures, so
+    the learner's code, which runs inside it, cannot rebind them, as it could a
+    name in the kernel's globals.
 
     Args:
         name: the exercise's name, for the messages.
