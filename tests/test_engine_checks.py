@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import pytrio as trio
 import torch
+from wrong_async_steps import WRONG_TRAIN_STEPS
 
 from grpo_helpers import data, datum, prompts, rollout, step_math
 from grpo_helpers.classroom import against_engine, self_checks
@@ -490,39 +491,17 @@ def test_06_submitted_first_check_fails_a_wrong_answer(client, batch, capsys, na
 # ----------------------------------------------------------------------------------
 
 
-async def _awaits_first(training_client, datums, adam_params):
-    fb = await training_client.forward_backward_async(datums, "importance_sampling")
-    fb_output = await fb
-    optim = await training_client.optim_step_async(adam_params)
-    return fb_output, await optim
-
-
-async def _one_await(training_client, datums, adam_params):
-    fb = await training_client.forward_backward_async(datums, "importance_sampling")
-    optim = await training_client.optim_step_async(adam_params)
-    return fb, optim
-
-
-async def _optim_first(training_client, datums, adam_params):
-    optim = await training_client.optim_step_async(adam_params)
-    fb = await training_client.forward_backward_async(datums, "importance_sampling")
-    return await fb, await optim
-
-
-async def _cross_entropy(training_client, datums, adam_params):
-    fb = await training_client.forward_backward_async(datums)
-    optim = await training_client.optim_step_async(adam_params)
-    return await fb, await optim
-
-
 AWAIT_WRONG = {
-    "awaits forward_backward before submitting optim_step": (
-        _awaits_first,
-        "only one request was in flight",
-    ),
-    "one await too few": (_one_await, "one await too few"),
-    "optim_step submitted first": (_optim_first, "forward_backward first"),
-    "the default loss (cross_entropy)": (_cross_entropy, "loss_fn='cross_entropy'"),
+    name: (WRONG_TRAIN_STEPS[name], hint)
+    for name, hint in (
+        (
+            "awaits forward_backward before submitting optim_step",
+            "only one request was in flight",
+        ),
+        ("one await too few", "one await too few"),
+        ("optim_step submitted first", "forward_backward first"),
+        ("the default loss (cross_entropy)", "loss_fn='cross_entropy'"),
+    )
 }
 
 

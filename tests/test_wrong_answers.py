@@ -41,6 +41,7 @@ import numpy as np
 import pytest
 import pytrio as trio
 import torch
+from wrong_async_steps import WRONG_TRAIN_STEPS
 
 from grpo_helpers import data, datum, prompts
 from grpo_helpers.classroom import against_engine, course, self_checks
@@ -568,37 +569,7 @@ SAMPLE_SUBMITTED_FIRST = {
 
 
 # train_step_async(training_client, datums, adam_params)
-async def _awaits_first(training_client, datums, adam_params):
-    fb = await training_client.forward_backward_async(datums, "importance_sampling")
-    fb_output = await fb
-    optim = await training_client.optim_step_async(adam_params)
-    return fb_output, await optim
-
-
-async def _one_await(training_client, datums, adam_params):
-    fb = await training_client.forward_backward_async(datums, "importance_sampling")
-    optim = await training_client.optim_step_async(adam_params)
-    return fb, optim
-
-
-async def _optim_first(training_client, datums, adam_params):
-    optim = await training_client.optim_step_async(adam_params)
-    fb = await training_client.forward_backward_async(datums, "importance_sampling")
-    return await fb, await optim
-
-
-async def _default_loss(training_client, datums, adam_params):
-    fb = await training_client.forward_backward_async(datums)
-    optim = await training_client.optim_step_async(adam_params)
-    return await fb, await optim
-
-
-TRAIN_STEP_ASYNC = {
-    "awaits forward_backward before submitting optim_step": _awaits_first,
-    "one await too few": _one_await,
-    "optim_step submitted first": _optim_first,
-    "the default loss (cross_entropy)": _default_loss,
-}
+TRAIN_STEP_ASYNC = WRONG_TRAIN_STEPS
 
 
 # wilson_by_hand(successes, n, z=1.96)
