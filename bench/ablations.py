@@ -1,4 +1,4 @@
-"""Record notebook 09's ablation: every variant of the GRPO objective, three seeds.
+"""Record notebook 09's ablation: every variant of the GRPO objective, five seeds.
 
 Each (variant, seed) is notebook 05's run (``grpo_helpers.results.ablation.BASELINE``:
 30 sync steps of SmolLM2 on the arithmetic problems) with one change, scored on 100
@@ -10,7 +10,7 @@ the files and tests each variant against the baseline.
 
 Run::
 
-    python bench/ablations.py                      # all variants, seeds 0 1 2
+    python bench/ablations.py                      # all variants, seeds 0 1 2 24 25
     python bench/ablations.py --variants baseline "ppo, mu=2" --seeds 0
     python bench/ablations.py --quick              # tiny-random smoke run (seconds)
 
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
         __doc__, model=False, quick="tiny-random, 2 steps (fast mode's run)"
     )
     p.add_argument("--variants", nargs="+", default=list(ablation.VARIANTS))
-    p.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    p.add_argument("--seeds", type=int, nargs="+", default=list(ablation.SEEDS))
     p.add_argument(
         "--out",
         default=None,

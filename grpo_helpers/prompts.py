@@ -56,9 +56,9 @@ FEWSHOT_PREFIX: list[dict[str, str]] = [
 
 #: A worked example in the arithmetic problems' own style, for the prompt-only
 #: baseline of notebook 08 (one arithmetic example in place of the strawberry one).
-#: Its name and numbers are outside the generator's
-#: (``arithmetic.make_arithmetic_problems`` has no "Mia"), so it is never one of the
-#: held-out questions.
+#: Its name is outside the generator's (``arithmetic.make_arithmetic_problems`` has
+#: no "Mia"), so it is never one of the held-out questions; its numbers are in the
+#: generator's range, so a copy of it can be graded right by chance.
 ARITHMETIC_EXAMPLE: list[dict[str, str]] = [
     {
         "role": "user",

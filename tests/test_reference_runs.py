@@ -217,6 +217,8 @@ def test_the_recorded_ablation_is_todays_baseline_with_one_change_per_run():
     assert {v for v, _ in seen} <= set(ablation.VARIANTS)
     for _, seed in seen:  # a variant is only read against the baseline of its seed
         assert ("baseline", seed) in seen, seed
+    # the bench's default seeds are the recorded ones: its command reproduces them
+    assert {seed for _, seed in seen} == set(ablation.SEEDS)
     skip = {"run_dir", "weights_name"}
     for record in results:
         expected = recorded_runs.relative_paths(

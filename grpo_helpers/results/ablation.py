@@ -44,6 +44,10 @@ from grpo_helpers.settings import SETTINGS, SMOLLM2
 #: Where the recorded ablation lives.
 ABLATION_DIR = recorded_runs.REFERENCE_DIR / "ablation"
 
+#: The recorded ablation's seeds: five per variant, the last two chosen where no
+#: other run had been (``python bench/ablations.py`` records them all).
+SEEDS = (0, 1, 2, 24, 25)
+
 #: The KL variant's weight: large enough that its KL to the base model stays
 #: visibly below the baseline's (notebook 09 plots both).
 KL_BETA = 0.2
@@ -516,6 +520,7 @@ __all__ = [
     "EVAL_SPLIT",
     "MECHANISMS",
     "NOISE_PAIR",
+    "SEEDS",
     "VARIANTS",
     "baseline_learning",
     "held_out_frame",
