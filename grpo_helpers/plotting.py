@@ -658,7 +658,7 @@ def plot_answer_classes(
     """Stacked bars: the share of each answer class (rows of ``counts``, as
     ``answers.class_counts`` returns them) for each model (columns).
 
-    Introduced in: 07_evaluating_a_trained_model.ipynb
+    Introduced in: 08_what_grpo_learned.ipynb
     """
     ax = _axes(ax, figsize=(max(4.0, 1.3 * len(counts.columns) + 3.5), 3.8))
     shares = counts / counts.sum()

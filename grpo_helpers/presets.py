@@ -59,8 +59,8 @@ NOTEBOOK: dict[str, Any] = {
 
 #: How a run is scored: greedy, on the first 100 questions of the final test split
 #: (``arithmetic.arithmetic_split``), at most 64 tokens per answer; and on GSM8K's own
-#: ``test[:100]`` with at most ``gsm8k_max_tokens`` (notebook 07 says what that
-#: budget cuts off).
+#: ``test[:100]`` with at most ``gsm8k_max_tokens`` (notebook 08, section 3, says what
+#: that budget cuts off).
 NOTEBOOK_EVAL: dict[str, Any] = {
     "split": "test",
     "eval_questions": 100,
@@ -168,8 +168,8 @@ def notebook_eval(fast: bool | None = None) -> dict[str, Any]:
 
 
 #: The local engine on one GPU: Qwen2.5-0.5B-Instruct on GSM8K itself. NOT YET
-#: MEASURED: no run on a GPU has recorded its result, its time or its memory (the
-#: README's "When you outgrow this laptop" gives the estimate and the commands).
+#: MEASURED: no run on a GPU has recorded its result, its time or its memory
+#: (``docs/beyond-the-laptop.md`` gives the estimate and the commands).
 #: Qwen2 is not a Llama-style model, so it samples on the plain path (LoRA
 #: unmerged), as every model in bfloat16 does (``local.decoder.choose_sampler``).
 GPU: dict[str, Any] = {

@@ -19,7 +19,7 @@ hidden tests with literal expected values (:mod:`grpo_helpers.classroom.hidden_t
 that stay in the teacher's course directory. ``python -m grpo_helpers grade`` grades
 handed-in notebooks with them (:mod:`grpo_helpers.classroom.grading`).
 
-Introduced in: the README (for teachers)
+Introduced in: docs/teaching.md (for teachers)
 """
 
 from __future__ import annotations

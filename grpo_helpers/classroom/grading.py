@@ -67,7 +67,7 @@ file as a script (copied beside ``grading_guard.py`` and ``hidden_tests.py``, an
 importing no other part of the package), so what that process does lives here
 beside what starts it and reads what it wrote.
 
-Introduced in: the README (for teachers)
+Introduced in: docs/teaching.md (for teachers)
 """
 
 from __future__ import annotations

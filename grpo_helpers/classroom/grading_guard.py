@@ -29,7 +29,7 @@ This file is copied next to the grading process's script and imported from
 there: it needs only the standard library, psutil and (in :func:`preprocessors`)
 nbgrader.
 
-Introduced in: the README (for teachers)
+Introduced in: docs/teaching.md (for teachers)
 """
 
 from __future__ import annotations

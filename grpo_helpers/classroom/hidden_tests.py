@@ -51,7 +51,7 @@ code copied into graded cells, the build that writes it with its key, and the
 verdict that reads what it printed are one protocol, and each half must change
 with the others.
 
-Introduced in: the README (for teachers)
+Introduced in: docs/teaching.md (for teachers)
 """
 
 from __future__ import annotations

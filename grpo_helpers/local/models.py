@@ -533,7 +533,7 @@ def pretrained_dir(base_model: str = DEFAULT_MODEL) -> str:
     Raises:
         ModelNotFoundError: the name resolves to nothing.
 
-    Introduced in: README.md, "When you outgrow this laptop" (``export trl``)
+    Introduced in: docs/beyond-the-laptop.md (``export trl``)
     """
     source = resolve_model(base_model)
     if source.kind == "gguf":

@@ -14,7 +14,7 @@ mapped, or the export refused with the reason)::
                                differences between the two objectives
                                (:mod:`grpo_helpers.trl.export_readme`)
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
+Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
 
 from __future__ import annotations

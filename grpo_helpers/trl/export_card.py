@@ -5,7 +5,7 @@ because it is mostly text: how to load it, the base model's provenance, the
 held-out result, the check it passed, notes and the run's settings. Every number
 comes from the export itself.
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
+Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
 
 from __future__ import annotations

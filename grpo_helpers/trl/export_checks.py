@@ -8,7 +8,7 @@ completions; :func:`held_out_result` scores the base model and the run's weights
 the same held-out questions, for the model card. :mod:`grpo_helpers.trl.export_peft`
 writes the folders and refuses an export whose logprobs disagree.
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
+Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
 
 from __future__ import annotations

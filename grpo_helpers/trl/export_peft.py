@@ -31,7 +31,7 @@ Self-contained with :mod:`~grpo_helpers.trl.export_checks` and
 directory and the engine's checkpoints, and use the engine only to check and
 evaluate.
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
+Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Kept apart from :mod:`grpo_helpers.trl.mapping` (which decides the mapping) beca
 it is mostly text. Every number it prints comes from the mapping itself;
 :mod:`grpo_helpers.trl.export` writes it into the export folder.
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
+Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ The losses are compared, not assumed: ``tests/test_trl_oracle.py`` computes TRL'
 own loss and the series' on the same tensors for each mapping below, and each known
 difference (:data:`KNOWN_DIFFERENCES`) names the test that pins it.
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
+Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
 
 from __future__ import annotations

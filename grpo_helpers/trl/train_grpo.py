@@ -13,7 +13,7 @@ The data, the prompt and the rewards are the series' own, imported from
 ``grpo_helpers`` (installed with ``pip install -e '.[trl]'``): nothing is copied.
 The package does not import this module; it is the exported script's source.
 
-Introduced in: README.md, "When you outgrow this laptop" (after notebook 09)
+Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
 
 from __future__ import annotations
