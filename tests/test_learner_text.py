@@ -100,6 +100,9 @@ def test_one_fast_and_one_full_time_and_the_command(stem):
     found = list(FIGURE.finditer(line))
     figures = [m.group(1) for m in found]
     assert len(figures) == 2, f"{stem}: runtime figures {figures} in {line!r}"
+    # no other time beside them, such as "6.2 min (293 s)" from another measurement
+    times = re.findall(r"\b\d+(?:\.\d+)? ?(?:s|min)\b", line)
+    assert len(times) == 2, f"{stem}: times {times} in {line!r}"
     fast, full = (line[: m.start()] for m in found)
     assert "fast" in fast and "full" in full[len(fast) :], line
     assert f"python -m grpo_helpers series --only {stem[:2]}" in line
