@@ -122,6 +122,20 @@ def run_rollout_group(
 
     ``sample`` returns a future; ``.result()`` right away is the sync loop's explicit
     wait. Returns the group's ``RolloutSample``s with rewards and advantages.
+
+    Example, on the local engine's tiny random model (its answers are noise):
+
+    >>> from grpo_helpers import prompts
+    >>> from grpo_helpers.engines import connect
+    >>> sampler = connect("local").create_sampling_client(base_model="tiny-random")
+    >>> tokenizer = sampler.get_tokenizer()
+    >>> tokens = list(prompts.build_prompt(tokenizer, "What is 2 + 3?"))
+    >>> params = make_sampling_params(tokenizer, max_tokens=8, seed=0)
+    >>> group = run_rollout_group(sampler, tokenizer, tokens, "5", params, 4)
+    >>> len(group), all(len(s.tokens) == len(s.logprobs) <= 8 for s in group)
+    (4, True)
+    >>> abs(sum(s.advantage for s in group)) < 1e-9  # reward minus the group mean
+    True
     """
     future = sampling_client.sample(
         prompt=trio.ModelInput.from_ints(prompt_tokens),

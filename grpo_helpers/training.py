@@ -489,7 +489,15 @@ async def _counted(coroutine: Any, bar: Any) -> Any:
 
 def train(config: GRPOConfig, mode: str = "sync", **kwargs: Any) -> TrainResult:
     """Run :func:`train_sync` or :func:`train_async` from plain (non-async) code,
-    a script or a notebook cell alike."""
+    a script or a notebook cell alike.
+
+    Example (two steps on the tiny random model, in ``runs/demo``)::
+
+        config = GRPOConfig(base_model="tiny-random", steps=2, batch_size=2,
+                            group_size=4, max_tokens=16, weights_name="demo")
+        result = train(config)                # or train(config, mode="async")
+        result.metrics[["step", "reward_mean", "updated"]]
+    """
     if mode == "sync":
         return train_sync(config, **kwargs)
     if mode == "async":
