@@ -375,9 +375,7 @@ def train_sync(
     return r.finish(weights.path)
 
 
-async def _sample_groups_async(
-    r: _Run, sampler: Any, step: int, progress: bool
-) -> list[PromptGroup]:
+async def _sample_groups_async(r: _Run, sampler: Any, step: int) -> list[PromptGroup]:
     """One group of completions per prompt of ``step``'s batch, sampled at once.
 
     ``asyncio.gather`` runs one rollout per prompt concurrently and keeps the
@@ -389,7 +387,7 @@ async def _sample_groups_async(
         total=len(batch),
         desc=f"GRPO step {step}",
         unit="prompt",
-        disable=not progress,
+        disable=not r.progress,
     ) as bar:
         rollouts = [
             _counted(
@@ -445,7 +443,7 @@ async def train_async(
     for step in r.steps():
         t0 = time.perf_counter()
         sampler = await tc.save_weights_and_get_sampling_client_async()
-        groups = await _sample_groups_async(r, sampler, step, progress)
+        groups = await _sample_groups_async(r, sampler, step)
         t1 = time.perf_counter()
         reference = None
         if r.reference is not None:  # the base model's logprobs, for the KL
