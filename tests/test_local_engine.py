@@ -77,6 +77,19 @@ def sample_one(sampler, tok, text="Q: what is 2+3?\nA:", **kw):
     return prompt, seq.sequences[0]
 
 
+def assert_same_gradient(x: torch.Tensor, y: torch.Tensor, rel: float = 1e-4) -> None:
+    """Two float32 gradients that should be equal up to the order of their sums.
+
+    The tiny random model's gradients reach about 10 per entry, so a fixed
+    ``atol`` of 1e-5 sits at float32's own rounding, which another CPU's kernels
+    (AVX-512 against AVX2) cross. The bound is relative to the gradient's norm: a
+    gradient that misses a Datum or counts one twice is off by a third or more.
+    """
+    gap = (x - y).norm().item()
+    scale = max(x.norm().item(), y.norm().item(), 1e-12)
+    assert gap <= rel * scale, f"gradients differ: |x-y| = {gap:.3e}, |x| = {scale:.3e}"
+
+
 # ----------------------------------------------------------------------- learning
 
 
@@ -160,9 +173,8 @@ def test_gradients_accumulate_until_optim_step(svc, tok):
     a.forward_backward([d1], "importance_sampling")
     a.forward_backward([d2], "importance_sampling").result()
     b.forward_backward([d1, d2], "importance_sampling").result()
-    ga = [p.grad for p in a._params]
-    gb = [p.grad for p in b._params]
-    assert all(torch.allclose(x, y, atol=1e-5) for x, y in zip(ga, gb, strict=True))
+    for x, y in zip(a._params, b._params, strict=True):
+        assert_same_gradient(x.grad, y.grad)
     a.optim_step(trio.AdamParams()).result()
     assert all(p.grad is None for p in a._params)
 
@@ -192,7 +204,7 @@ def test_micro_batching_gives_the_same_gradient(tmp_path, tok):
             atol=1e-5,
         )
     for p, q in zip(tcs[0]._params, tcs[1]._params, strict=True):
-        assert torch.allclose(p.grad, q.grad, atol=1e-5)
+        assert_same_gradient(p.grad, q.grad)
 
 
 def test_a_collected_training_client_shuts_its_worker_thread_down(svc, tok):
@@ -298,7 +310,7 @@ def test_ppo_and_cispo_equal_importance_sampling_on_policy(svc, tok):
         grads[name] = torch.cat([p.grad.flatten() for p in tc._params])
     assert losses["ppo"] == pytest.approx(losses["importance_sampling"], 1e-5)
     for name in ("ppo", "cispo"):
-        assert torch.allclose(grads[name], grads["importance_sampling"], atol=1e-5)
+        assert_same_gradient(grads[name], grads["importance_sampling"])
 
 
 def test_ppo_clips_far_off_policy_tokens(svc, tok):
@@ -366,7 +378,7 @@ def test_forward_backward_custom_matches_builtin(svc, tok):
     out = b.forward_backward_custom([datum], is_loss).result()
     assert out.metrics["custom"] == 1.0
     for p, q in zip(a._params, b._params, strict=True):
-        assert torch.allclose(p.grad, q.grad, atol=1e-5)
+        assert_same_gradient(p.grad, q.grad)
 
 
 def test_auto_shift_aligns_targets_with_inputs(svc, tok):
