@@ -259,7 +259,7 @@ def test_optim_step_measures_the_gradient_norm_once(svc, tok, monkeypatch, clip)
     assert len(norms) == 1  # one global norm per step, not one more to report
     assert len(returned) == (1 if clip else 0)
     assert metrics["grad_norm"] == float((returned or norms)[0])
-    assert metrics["grad_norm"] == pytest.approx(by_hand, rel=1e-6)
+    assert metrics["grad_norm"] == pytest.approx(by_hand, rel=1e-5)
     assert metrics["grad_norm"] > 10 * clip  # so clipping acted when asked
 
 
