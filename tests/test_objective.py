@@ -201,9 +201,9 @@ def train_with_spy(config, mode, service):
     return result.metrics, spy
 
 
-def trained_completions(run_dir, step):
+def trained_completions(run_dir, step, column="advantage"):
     """Per non-degenerate group of ``step``, in the loop's order: (lengths,
-    advantages) of its completions, read from samples.jsonl."""
+    ``column``) of its completions, read from samples.jsonl."""
     samples = run_files.load_samples(run_dir)
     rows = samples[samples["step"] == step]
     groups = []
@@ -211,7 +211,7 @@ def trained_completions(run_dir, step):
         group = group.sort_values("sample_index")
         if len(set(group["reward"])) > 1:  # degenerate groups send nothing
             groups.append(
-                (list(group["num_tokens"]), [float(a) for a in group["advantage"]])
+                (list(group["num_tokens"]), [float(v) for v in group[column]])
             )
     return groups
 
@@ -411,19 +411,6 @@ def test_kl_penalty_changes_the_advantages_the_engine_receives(
     assert kl["kl_k3"].iloc[-1] > 1e-4
 
 
-def trained_rewards(run_dir, step):
-    """Per non-degenerate group of ``step``, in the loop's order: (lengths,
-    rewards) of its completions, read from samples.jsonl."""
-    samples = run_files.load_samples(run_dir)
-    rows = samples[samples["step"] == step]
-    groups = []
-    for _, group in rows.groupby("question_index", sort=False):
-        group = group.sort_values("sample_index")
-        if len(set(group["reward"])) > 1:
-            groups.append((list(group["num_tokens"]), list(group["reward"])))
-    return groups
-
-
 @pytest.mark.parametrize("mode", MODES)
 def test_group_scaled_advantages_reach_the_engine(tiny_config, tmp_path, service, mode):
     """Issue 38: ``advantage_scale="group"`` through the loop. What the engine
@@ -435,7 +422,7 @@ def test_group_scaled_advantages_reach_the_engine(tiny_config, tmp_path, service
     assert list(per_step) == [0], "step 0 must train for this test to mean anything"
     [(fb, _)] = per_step[0]
     groups, unscaled = [], []
-    for lengths, rewards in trained_rewards(config.run_path, 0):
+    for lengths, rewards in trained_completions(config.run_path, 0, "reward"):
         r = np.asarray(rewards, dtype=float)
         groups.append((lengths, list((r - r.mean()) / (r.std() + 1e-4))))
         unscaled += list(r - r.mean())
