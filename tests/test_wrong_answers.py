@@ -47,7 +47,7 @@ from grpo_helpers import data, datum, prompts
 from grpo_helpers.classroom import against_engine, course, self_checks
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
-from grpo_helpers.results import stats
+from grpo_helpers.results import answers, stats
 
 ROOT = Path(__file__).resolve().parent.parent
 NOTEBOOKS = ROOT / "notebooks"
@@ -133,19 +133,12 @@ class Exercise:
 # The wrong answers, exercise by exercise
 # ----------------------------------------------------------------------------------
 
-# gain_by_source(flips)
-_LACKED = {
-    "right, unboxed": "the box",
-    "copied the example": "answering, in time",
-    "cut off": "answering, in time",
-    "no number": "answering, in time",
-    "wrong operation": "arithmetic",
-    "right operation, wrong result": "arithmetic",
-    "wrong number, other": "arithmetic",
-}
 
-
-def _gain(flips, sign=-1, side=("before", "after"), lacked=_LACKED, losses=True):
+# gain_by_source(flips): each wrong answer bends one part of the right one, whose
+# table of what each class lacked is the package's.
+def _gain(
+    flips, sign=-1, side=("before", "after"), lacked=answers.SOURCES, losses=True
+):
     totals = {"the box": 0, "answering, in time": 0, "arithmetic": 0}
     for row in flips.to_dict("records"):
         gained = row["flip"] == "wrong -> right"
@@ -162,7 +155,7 @@ GAIN_BY_SOURCE = {
         flips, side=("after", "before")
     ),
     "right, unboxed read as answering in time": lambda flips: _gain(
-        flips, lacked=_LACKED | {"right, unboxed": "answering, in time"}
+        flips, lacked=answers.SOURCES | {"right, unboxed": "answering, in time"}
     ),
     "the losses left out": lambda flips: _gain(flips, losses=False),
 }
