@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 import pytrio as trio
 import torch
+from tensors import rel_err
 
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.engines import connect
@@ -130,11 +131,6 @@ def run_both(tmp_path, data, loss, backward=True, auto_shift=False, **options):
 
 def named(tc):
     return tc._host.parameters(tc._adapter).items()
-
-
-def rel_err(a: torch.Tensor, b: torch.Tensor) -> float:
-    scale = max(float(a.norm()), 1e-30)
-    return float((a - b).norm()) / scale
 
 
 def assert_same(plain, shared, grads=True, loss_scale=0.1):

@@ -14,6 +14,7 @@ import pytest
 import pytrio as trio
 import torch
 from pytrio.types import APIFuture, ForwardBackwardOutput, SampleResponse
+from tensors import rel_err
 
 from grpo_helpers.engines import connect
 
@@ -78,16 +79,9 @@ def sample_one(sampler, tok, text="Q: what is 2+3?\nA:", **kw):
 
 
 def assert_same_gradient(x: torch.Tensor, y: torch.Tensor, rel: float = 1e-4) -> None:
-    """Two float32 gradients that should be equal up to the order of their sums.
-
-    The tiny random model's gradients reach about 10 per entry, so a fixed
-    ``atol`` of 1e-5 sits at float32's own rounding, which another CPU's kernels
-    (AVX-512 against AVX2) cross. The bound is relative to the gradient's norm: a
-    gradient that misses a Datum or counts one twice is off by a third or more.
-    """
-    gap = (x - y).norm().item()
-    scale = max(x.norm().item(), y.norm().item(), 1e-12)
-    assert gap <= rel * scale, f"gradients differ: |x-y| = {gap:.3e}, |x| = {scale:.3e}"
+    """Two gradients equal up to the order of float32 sums (``tests/tensors.py``)."""
+    err = rel_err(x, y)
+    assert err <= rel, f"gradients differ: |x - y| / |x| = {err:.3e}"
 
 
 # ----------------------------------------------------------------------- learning
