@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+from tiny import tiny
 
 from grpo_helpers import training
 from grpo_helpers.cli import main as cli_main
@@ -30,18 +31,7 @@ def test_eval_base_vs_checkpoint_prints_difference_and_p_value(tmp_path, capsys)
     # checkpoint saved before training could not show that --checkpoint-path is read.
     service = connect("local", run_dir=tmp_path / "engine")
     config = GRPOConfig(
-        base_model="tiny-random",
-        backend="local",
-        dataset="arithmetic",
-        steps=3,
-        batch_size=2,
-        group_size=4,
-        max_tokens=6,
-        lora_rank=4,
-        learning_rate=3e-2,
-        reward="shaped",
-        run_dir=str(tmp_path / "run"),
-        save_every=0,
+        **tiny(steps=3, learning_rate=3e-2, run_dir=str(tmp_path / "run"))
     )
     result = training.train_sync(config, service, progress=False)
     assert result.metrics["updated"].any()

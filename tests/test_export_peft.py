@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny import tiny
 
 from grpo_helpers import training
 from grpo_helpers.cli import main as cli_main
@@ -28,31 +29,19 @@ from grpo_helpers.trl import export_checks, export_peft
 ROUNDING = 2e-4
 
 
-def train_run(root: Path, base_model: str, **changes: object) -> Path:
-    settings = dict(
-        base_model=base_model,
-        dataset="arithmetic",
-        steps=2,
-        batch_size=2,
-        group_size=4,
-        max_tokens=6,
-        lora_rank=4,
-        learning_rate=1e-2,
-        backend="local",
-        reward="shaped",
-        weights_name="exported",
-        run_dir=str(root / "run"),
-    )
-    settings.update(changes)
-    config = GRPOConfig(**settings)
-    result = training.train_sync(config, progress=False)
-    assert result.metrics["updated"].any(), "the adapter must have moved"
-    return Path(result.run_dir)
-
-
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
-    return train_run(tmp_path_factory.mktemp("tiny"), "tiny-random")
+    """The tests' tiny run (``tests/tiny.py``), a checkpoint each step, trained."""
+    root = tmp_path_factory.mktemp("tiny")
+    settings = tiny(
+        learning_rate=1e-2,
+        weights_name="exported",
+        save_every=1,
+        run_dir=str(root / "run"),
+    )
+    result = training.train_sync(GRPOConfig(**settings), progress=False)
+    assert result.metrics["updated"].any(), "the adapter must have moved"
+    return Path(result.run_dir)
 
 
 def logprobs_of(model: object, sequences: list[list[int]]) -> list[torch.Tensor]:

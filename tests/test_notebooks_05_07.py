@@ -30,6 +30,7 @@ import pandas as pd
 import pytest
 import pytrio as trio
 import torch
+from tiny import tiny
 
 from grpo_helpers import (
     advantages,
@@ -295,19 +296,7 @@ def test_05_step_summary_matches_step_metrics():
 
 def test_05_step_summary_on_a_real_run(tmp_path, service):
     solution = load_solution("05")
-    config = GRPOConfig(
-        base_model="tiny-random",
-        dataset="arithmetic",
-        backend="local",
-        steps=2,
-        batch_size=2,
-        group_size=2,
-        max_tokens=6,
-        lora_rank=4,
-        reward="shaped",
-        run_dir=str(tmp_path / "run"),
-        save_every=0,
-    )
+    config = GRPOConfig(**tiny(group_size=2, run_dir=str(tmp_path / "run")))
     training.train_sync(config, service, progress=False)
     metrics = run_files.load_metrics(config.run_path)
     samples = run_files.load_samples(config.run_path)
