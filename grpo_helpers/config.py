@@ -52,6 +52,9 @@ __all__ = [
 ]
 
 LOSS_FNS = ("importance_sampling", "ppo", "cispo")
+#: What the loss trains (notebook 05, section 7): the model's own distribution
+#: ("1") or the tempered one the completions were sampled from ("sampling").
+TRAIN_TEMPERATURES = ("1", "sampling")
 #: The two loops of :mod:`grpo_helpers.training` (a command-line choice, not a knob).
 MODES = ("sync", "async")
 SWANLAB_MODES = ("offline", "local", "online")
@@ -452,6 +455,17 @@ class GRPOConfig:
         trl_how="token_sum, constant -> dr_grpo; sequence_mean -> grpo; token_mean "
         "-> dapo (batch_size 1 only); equal losses up to the factor c below",
     )
+    train_temperature: str = knob(
+        "1",
+        "the policy the loss trains: '1', the model's own logprobs (tinker, the "
+        "demo scripts); 'sampling', those of logits / temperature (TRL)",
+        choices=TRAIN_TEMPERATURES,
+        group="objective",
+        trl=("temperature",),
+        trl_how="sampling -> what TRL always trains (it divides the logits by "
+        "temperature before its loss); 1 at temperature != 1 has no TRL "
+        "equivalent (the export's notes say what differs)",
+    )
     # Two safeguards (notebook 05): DAPO's masking of truncated completions, and
     # gradient clipping. Off by default, as in the demo scripts.
     mask_truncated: bool = knob(
@@ -485,8 +499,27 @@ class GRPOConfig:
             for f in knobs(type(self))
             if (problem := _problem(f, getattr(self, f.name))) is not None
         ]
+        errors += self._combination_problems() if not errors else []
         if errors:
             raise ValueError("Bad GRPO configuration: " + "; ".join(errors))
+
+    def _combination_problems(self) -> list[str]:
+        """Values that are each allowed but not together."""
+        problems = []
+        if self.train_temperature == "sampling":
+            if self.backend != "local":
+                problems.append(
+                    "train_temperature 'sampling' needs the local engine: PyTRIO's "
+                    "losses have no temperature (it would pass the setting through "
+                    "unread and train at 1); use train_temperature '1' on PyTRIO"
+                )
+            if self.temperature <= 0:
+                problems.append(
+                    "train_temperature 'sampling' divides the logits by the "
+                    "sampling temperature, which is 0 (greedy): choose a "
+                    "temperature > 0 or train_temperature '1'"
+                )
+        return problems
 
     @property
     def model_name(self) -> str:
@@ -496,13 +529,24 @@ class GRPOConfig:
     @property
     def loss_fn_config(self) -> dict[str, float] | None:
         """``loss_fn_config`` for ``forward_backward``: the clip bounds of ppo and
-        cispo; None for importance_sampling (it has no knobs)."""
-        if self.loss_fn == "importance_sampling":
-            return None
-        return {
-            "clip_low_threshold": self.clip_low,
-            "clip_high_threshold": self.clip_high,
-        }
+        cispo, and the local engine's ``temperature`` when the loss trains the
+        tempered policy; None for importance_sampling at temperature 1 (nothing
+        to set)."""
+        values: dict[str, float] = {}
+        if self.loss_fn != "importance_sampling":
+            values["clip_low_threshold"] = self.clip_low
+            values["clip_high_threshold"] = self.clip_high
+        if self.loss_temperature != 1.0:
+            values["temperature"] = self.loss_temperature
+        return values or None
+
+    @property
+    def loss_temperature(self) -> float:
+        """The temperature of the logprobs the loss trains: 1.0, or the sampling
+        temperature with ``train_temperature='sampling'``."""
+        if self.train_temperature == "sampling":
+            return float(self.temperature)
+        return 1.0
 
     @property
     def adam_params(self) -> Any:

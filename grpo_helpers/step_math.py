@@ -207,6 +207,55 @@ def kl_terms(
     return kl_penalty([s.logprobs for _, s in samples], ref_completion, kl_coef)
 
 
+def with_sampler_logprobs(
+    datums: Sequence[trio.Datum], scored: Any
+) -> list[trio.Datum]:
+    """The Datums with their sampler logprobs replaced by ``scored``'s.
+
+    The sampler reports each token's logprob under the model's own distribution
+    (temperature 1). A loss that trains the tempered policy
+    (``GRPOConfig.train_temperature='sampling'``) needs the tempered ones: the loop
+    scores the step's Datums once with ``forward`` (same weights as the sampler,
+    before any update) and puts them here, so that the ratio starts at 1. Positions
+    without a completion token keep 0.
+
+    Args:
+        datums: the step's Datums.
+        scored: the ``ForwardBackwardOutput`` of ``forward(datums, ...)``.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> from grpo_helpers.datum import RolloutSample, build_grpo_datum
+        >>> d = build_grpo_datum([1, 2], RolloutSample([5, 6], [-1.0, -2.0], "", 1, 1))
+        >>> out = SimpleNamespace(loss_fn_outputs=[{"logprobs": np.array(
+        ...     [-9.0, -0.5, -0.75])}])
+        >>> with_sampler_logprobs([d], out)[0].loss_fn_inputs["logprobs"].tolist()
+        [0.0, -0.5, -0.75]
+    """
+    out = []
+    for datum, result in zip(datums, scored.loss_fn_outputs, strict=True):
+        inputs = datum.loss_fn_inputs
+        adv = np.asarray(inputs["advantages"].tolist(), dtype=np.float32)
+        targets = np.asarray(inputs["target_tokens"].tolist(), dtype=np.int64)
+        # A completion token is where the Datum had a sampler logprob or an
+        # advantage; the prompt's positions hold 0 in both.
+        old = np.asarray(inputs["logprobs"].tolist(), dtype=np.float32)
+        active = (old != 0) | (adv != 0)
+        new = np.asarray(result["logprobs"].tolist(), dtype=np.float32)
+        logprobs = np.where(active, new, 0.0).astype(np.float32)
+        out.append(
+            trio.Datum(
+                model_input=datum.model_input,
+                loss_fn_inputs={
+                    "target_tokens": targets,
+                    "logprobs": logprobs,
+                    "advantages": adv,
+                },
+            )
+        )
+    return out
+
+
 def ratio_metrics(
     outputs: Sequence[Any],
     datums: Sequence[trio.Datum],

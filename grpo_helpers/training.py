@@ -61,6 +61,7 @@ from grpo_helpers.step_math import (
     reference_inputs,
     sample_records,
     step_metrics,
+    with_sampler_logprobs,
 )
 
 StepCallback = Callable[[pd.DataFrame], None]
@@ -353,6 +354,11 @@ def train_sync(
         datums, objective = r.datums(groups, reference)
         loss_metrics: dict[str, float] = {}
         optim_metrics: dict[str, float] = {}
+        if datums and config.loss_temperature != 1.0:  # the tempered sampler's
+            scored = tc.forward(
+                datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
+            ).result()
+            datums = with_sampler_logprobs(datums, scored)
         if datums:
             outputs = []
             for _ in range(config.updates_per_batch):  # mu updates on one batch
@@ -456,6 +462,11 @@ async def train_async(
         datums, objective = r.datums(groups, reference)
         loss_metrics: dict[str, float] = {}
         optim_metrics: dict[str, float] = {}
+        if datums and config.loss_temperature != 1.0:  # the tempered sampler's
+            scored = await tc.forward_async(
+                datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
+            )
+            datums = with_sampler_logprobs(datums, await scored)
         if datums:
             outputs = []
             for _ in range(config.updates_per_batch):  # mu updates on one batch

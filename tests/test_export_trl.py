@@ -161,6 +161,9 @@ CARRIED = {
     "difficulty",
     "loss_fn",  # ppo and importance_sampling agree at mu = 1 (the oracle tests)
     "measure_kl",
+    # TRL always trains the tempered policy: what changes is the export's note
+    # (test_train_temperature.py::test_the_trl_export_says_which_policy_it_trains)
+    "train_temperature",
 }
 
 
@@ -307,7 +310,8 @@ def test_the_export_says_what_the_temperature_changes_in_this_run(tmp_path, caps
     section = readme.split("## What TRL changes in this run")[1].split("\n## ")[0]
     for text in (printed, section):
         assert "temperature 0.6" in text and "divided by 0.6" in text
-        assert "1/T = 1.67" in text and "Export with temperature 1.0" in text
+        assert "1/T = 1.67" in text and "train_temperature='sampling'" in text
+        assert "or temperature 1.0 for the same update" in text
         assert "KL placement" not in text
     assert "note (temperature):" in printed
     assert [topic for topic, _ in mapping.run_notes(GRPOConfig(**TINY))] == []

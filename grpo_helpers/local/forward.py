@@ -21,6 +21,7 @@ Introduced in: 05_sync_training_loop.ipynb (the engine's speed, not the maths)
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -46,6 +47,7 @@ class ForwardJob:
     token_count: int
     auto_shift: bool
     config: dict[str, object] | None
+    temperature: float = 1.0  # the logits are divided by it (loss_fn_config)
 
 
 @dataclass
@@ -63,11 +65,15 @@ def _pad(t: torch.Tensor, width: int, value: float) -> torch.Tensor:
     return F.pad(t, (0, width - t.shape[-1]), value=value)
 
 
-def _target_logprobs(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """``log p(targets)`` at each position ([B, W]); -100 targets read token 0."""
+def _target_logprobs(
+    logits: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0
+) -> torch.Tensor:
+    """``log p(targets)`` at each position ([B, W]) under ``softmax(logits / T)``;
+    -100 targets read token 0."""
     size, width, vocab = logits.shape
+    scores = logits.float() if temperature == 1.0 else logits.float() / temperature
     return -F.cross_entropy(
-        logits.float().reshape(-1, vocab),
+        scores.reshape(-1, vocab),
         targets.clamp(min=0).reshape(-1),
         reduction="none",
     ).reshape(size, width)
@@ -114,6 +120,7 @@ def prepare(
             "use backend='pytrio' for it.",
             code="validation.unsupported_loss_fn",
         )
+    temperature = _temperature(loss_fn_config)
     samples = [s for chunk in plan.chunks for s in chunk.samples]
     if any(s.model_input.has_images for s in samples):
         raise ValidationError(
@@ -121,8 +128,34 @@ def prepare(
             code="validation.image_input_unsupported",
         )
     return ForwardJob(
-        name, samples, plan.totals.total_active_tokens, auto_shift, loss_fn_config
+        name,
+        samples,
+        plan.totals.total_active_tokens,
+        auto_shift,
+        loss_fn_config,
+        temperature,
     )
+
+
+def _temperature(loss_fn_config: dict[str, object] | None) -> float:
+    """``loss_fn_config["temperature"]`` (default 1): the local engine's one
+    addition to PyTRIO's loss settings, so that the loss can train the tempered
+    policy the completions were sampled from (``GRPOConfig.train_temperature``).
+
+    Raises:
+        ValidationError: not a finite number above 0.
+    """
+    value = (loss_fn_config or {}).get("temperature", 1.0)
+    try:
+        temperature = float(value)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        temperature = float("nan")
+    if not (math.isfinite(temperature) and temperature > 0):
+        raise ValidationError(
+            f"loss_fn_config temperature must be a finite number > 0, got {value!r}",
+            code="validation.invalid_loss_fn_config",
+        )
+    return temperature
 
 
 def micro_batches(lengths: dict[int, int], budget: int) -> list[list[int]]:
@@ -269,7 +302,7 @@ def _forward_plain(
         host.activate(adapter, trainable=backward)
         with torch.set_grad_enabled(backward):
             logits = host.model(input_ids=ids, attention_mask=attn).logits
-            logprobs = _target_logprobs(logits, targets.to(device))
+            logprobs = _target_logprobs(logits, targets.to(device), job.temperature)
             del logits
             loss = _token_loss_sum(
                 job,
@@ -310,6 +343,8 @@ def _prefix_pass(
     column = 2 if job.loss != "cross_entropy" else 0
     if not any(bool(r.values[column, :p].any()) for r in members):
         logits = logits.detach()
+    if job.temperature != 1.0:
+        logits = logits / job.temperature
     logp = torch.log_softmax(logits, dim=-1)  # [p, V]
     del logits
     tgt = torch.stack([r.targets[:p] for r in members]).to(device)
@@ -443,7 +478,7 @@ def _suffix_chunk(
     ).logits
     selected = [members[m] for m in chunk]
     targets = torch.stack([_pad(r.targets[p:], width, -100) for r in selected])
-    logprobs = _target_logprobs(logits, targets.to(device))
+    logprobs = _target_logprobs(logits, targets.to(device), job.temperature)
     del logits
     values = logprobs.detach().float().cpu()
     for b, m in enumerate(chunk):

@@ -63,6 +63,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "sequence-mean": {"normalization": "sequence_mean"},
     "constant (Dr. GRPO)": {"normalization": "constant"},
     f"{OTHER_REWARD.replace('_', '-')} reward": {"reward": OTHER_REWARD},
+    "tempered loss (TRL)": {"train_temperature": "sampling"},
 }
 
 #: Variants of earlier ablations left out, and why.

@@ -342,9 +342,10 @@ KNOWN_DIFFERENCES: tuple[Difference, ...] = (
     Difference(
         "temperature",
         "TRL computes logprobs from the logits divided by the sampling temperature; "
-        "the local engine scores at temperature 1 (the T != 1 mismatch notebook 05 "
-        "mentions). At T = 0.6 TRL trains log pi_T, the series log pi (run_notes: "
-        "the export says what that changes in the run it writes).",
+        "the local engine scores at temperature 1 unless `train_temperature` is "
+        "'sampling' (notebook 05, section 7). At T = 0.6 and the default TRL trains "
+        "log pi_T, the series log pi (run_notes: the export says what that changes "
+        "in the run it writes); with 'sampling' both train log pi_T.",
         "test_trl_logprobs_are_tempered_and_the_engines_are_not",
     ),
     Difference(
@@ -386,7 +387,8 @@ def run_notes(config: GRPOConfig) -> list[tuple[str, str]]:
     for some settings, so the export says, for the run it writes, whether they do:
 
     * ``temperature``: at T != 1 (the series' default 0.6) TRL trains the logprobs
-      of ``logits / T``, the series those of the logits (temperature 1);
+      of ``logits / T``, the series those of the logits (temperature 1) unless
+      ``train_temperature='sampling'``;
     * ``KL placement``: with ``loss_fn='ppo'``, ``updates_per_batch > 1`` and
       ``kl_coef > 0``, the series' KL term is part of the advantage, inside the
       clip, and TRL adds its own after the clip.
@@ -404,7 +406,7 @@ def run_notes(config: GRPOConfig) -> list[tuple[str, str]]:
     """
     notes = []
     t = config.temperature
-    if t != 1.0:
+    if t != 1.0 and config.train_temperature == "1":
         notes.append(
             (
                 "temperature",
@@ -421,7 +423,8 @@ def run_notes(config: GRPOConfig) -> list[tuple[str, str]]:
                     if config.updates_per_batch > 1
                     else ""
                 )
-                + ". Export with temperature 1.0 for the same update",
+                + ". Export with train_temperature='sampling' (what TRL trains) "
+                "or temperature 1.0 for the same update",
             )
         )
     mu = config.updates_per_batch
