@@ -1,5 +1,5 @@
 # grpo-notebooks: two commands on a fresh machine.
-#   make series   set up .venv and run the whole series (notebooks 01-08) end to end
+#   make series   set up .venv and run the whole series (notebooks 01-10) end to end
 #   make test     set up .venv and run every test (what CI runs)
 # Other targets: book (the course site), student (the edition without solutions),
 # setup, lint, strip, clean.

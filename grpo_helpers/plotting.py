@@ -14,6 +14,8 @@ Introduced in: 01_gsm8k_dataset.ipynb (histograms), used by every notebook.
 
 from __future__ import annotations
 
+import math
+
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -303,6 +305,31 @@ def band_range(frame: pd.DataFrame, column: str, window: int = 5) -> pd.DataFram
             "runs": by_step.count().to_numpy(),
         }
     )
+
+
+def share_within_band(
+    metrics: pd.DataFrame, band: pd.DataFrame, column: str, window: int = 5
+) -> float:
+    """The share of a run's steps whose rolling mean of ``column`` lies inside the
+    band of the recorded seeds (:func:`band_range`) at the same step: what a
+    learner reads off the grey range, as a number. Steps past the band's last
+    step do not count.
+
+    Example:
+        >>> band = pd.DataFrame({"seed": [0, 0, 1, 1], "step": [0, 1, 0, 1],
+        ...                      "reward_mean": [0.0, 0.5, 0.25, 1.0]})
+        >>> run = pd.DataFrame({"step": [0, 1], "reward_mean": [0.1, 0.2]})
+        >>> share_within_band(run, band, "reward_mean", window=1)
+        0.5
+    """
+    limits = band_range(band, column, window).set_index("step")
+    smooth = rolling_mean(metrics[column].to_numpy(), window).to_numpy()
+    inside = [
+        bool(limits.at[step, "low"] <= value <= limits.at[step, "high"])
+        for step, value in zip(metrics["step"], smooth, strict=True)
+        if step in limits.index
+    ]
+    return float(np.mean(inside)) if inside else math.nan
 
 
 def _draw_band(flat: np.ndarray, label: str, frame: pd.DataFrame, window: int) -> None:

@@ -18,7 +18,8 @@ passing: ``looks_aligned`` starting at ``num_prompt_tokens``, ``flips_and_p``
 without the ``min(1, .)`` cap or without "no flips gives 1.0", ``step_summary``
 counting only all-zero groups as degenerate, ``smallest_budget`` stopping at 4096;
 and a right answer that was rejected, ``grpo_step`` with one ``forward_backward``
-per group, passes.
+per group, passes. Notebook 10's ``train_loop`` is held against ``train_sync`` by
+``loop_check``; its wrong loops (``tests/wrong_loops.py``) are issue 44's.
 """
 
 from __future__ import annotations
@@ -42,9 +43,10 @@ import pytest
 import pytrio as trio
 import torch
 from wrong_async_steps import WRONG_TRAIN_STEPS
+from wrong_loops import RIGHT_LOOPS, WRONG_LOOPS
 
 from grpo_helpers import data, datum, prompts
-from grpo_helpers.classroom import against_engine, course, self_checks
+from grpo_helpers.classroom import against_engine, course, loop_check, self_checks
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 from grpo_helpers.results import answers, stats
@@ -850,6 +852,11 @@ EXERCISES = {
         TRAIN_STEP_ASYNC,
         fixtures=("service", "prompt_batch", "response"),
     ),
+    "train_loop": Exercise(
+        lambda answer: loop_check.train_loop_check("exercise", answer),
+        WRONG_LOOPS,
+        right=RIGHT_LOOPS,
+    ),
     "gain_by_source": Exercise(
         lambda answer: self_checks.gain_by_source_check("exercise", answer),
         GAIN_BY_SOURCE,
@@ -919,6 +926,8 @@ def test_a_named_wrong_answer_fails(request, name, label):
         _run(request, name, EXERCISES[name].wrong[label])
     # it failed on what it computed, not because the wrong answer itself crashed
     assert ": raised " not in str(failed.value), str(failed.value)
+    if name == "train_loop":  # the hint names the first step that differs
+        assert re.match(r"exercise: step \d+: ", str(failed.value)), failed.value
 
 
 def test_the_package_checks_also_take_the_learners_own_run(tmp_path):
@@ -956,3 +965,22 @@ def test_the_package_checks_also_take_the_learners_own_run(tmp_path):
         assert self_checks.k3_estimate_check(
             "exercise", solution("k3_estimate"), sampled, reference
         )
+
+
+def test_the_loop_checks_run_holds_every_case_a_wrong_loop_needs(tmp_path):
+    """The check's run (``loop_check.CHECK_RUN``) must hold what each wrong loop
+    changes: an update before a later step's samples (a stale sampler), a
+    degenerate group beside a teaching one (sent or skipped), a step with two
+    teaching groups (one optim_step per group), and group rewards whose spread is
+    not 1 (std scaling changes them)."""
+    from grpo_helpers import run_files, training
+
+    config = loop_check.check_config(tmp_path / "run")
+    metrics = training.train_sync(config, progress=False).metrics
+    assert metrics["updated"].iloc[:-1].any()
+    mixed = metrics[(metrics["skipped_groups"] > 0) & (metrics["valid_groups"] > 0)]
+    assert len(mixed), "no step has a degenerate group beside a teaching one"
+    assert (metrics["valid_groups"] >= 2).any(), "no step has two teaching groups"
+    samples = run_files.load_samples(tmp_path / "run")
+    spread = samples.groupby(["step", "question_index"])["reward"].std(ddof=0)
+    assert ((spread > 0) & ((spread - 1).abs() > 0.1)).any()
