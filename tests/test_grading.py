@@ -51,8 +51,9 @@ import nbformat
 import numpy as np
 import pandas as pd
 import pytest
+from wrong_loops import WRONG_LOOPS
 
-from grpo_helpers import advantages, cli, rewards
+from grpo_helpers import advantages, cli, rewards, training
 from grpo_helpers.classroom import course, grading, hidden_tests, self_checks
 from grpo_helpers.results import answers, stats
 
@@ -248,23 +249,34 @@ def _engine_loss(name):
     return loss
 
 
-def _step_without_shift(model, lora_params, batch, adam_params):
-    """A plain-PyTorch GRPO step that reads each token's logprob at its own
-    position (no shift), then takes the right Adam step."""
+def _step_without_shift(model, lora_params, batches, adam_params):
+    """Plain-PyTorch GRPO steps that read each token's logprob at its own
+    position (no shift), then take the right Adam steps."""
     import torch
 
-    logits = model(input_ids=batch.tokens, attention_mask=batch.attention_mask).logits
-    logprobs = torch.log_softmax(logits.float(), dim=-1)
-    chosen = logprobs.gather(-1, batch.tokens.unsqueeze(-1)).squeeze(-1)
-    position = torch.arange(batch.tokens.shape[1])[None]
-    start = batch.prompt_lengths[:, None]
-    mask = (position >= start) & (position < start + batch.completion_lengths[:, None])
-    ratio = torch.exp(chosen - batch.old_logprobs)
-    loss = torch.where(mask, -ratio * batch.advantages[:, None], 0.0).sum()
-    optimizer = torch.optim.AdamW(lora_params, lr=adam_params.learning_rate)
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
+    optimizer = torch.optim.AdamW(
+        lora_params,
+        lr=adam_params.learning_rate,
+        betas=(adam_params.beta1, adam_params.beta2),
+        eps=adam_params.eps,
+        weight_decay=adam_params.weight_decay,
+    )
+    losses = []
+    for batch in batches:
+        out = model(input_ids=batch.tokens, attention_mask=batch.attention_mask)
+        logprobs = torch.log_softmax(out.logits.float(), dim=-1)
+        chosen = logprobs.gather(-1, batch.tokens.unsqueeze(-1)).squeeze(-1)
+        position = torch.arange(batch.tokens.shape[1])[None]
+        start = batch.prompt_lengths[:, None]
+        ends = start + batch.completion_lengths[:, None]
+        mask = (position >= start) & (position < ends)
+        ratio = torch.exp(chosen - batch.old_logprobs)
+        loss = torch.where(mask, -ratio * batch.advantages[:, None], 0.0).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach())
+    return losses
 
 
 def _wald(successes, n, z=1.96):
@@ -314,6 +326,7 @@ WRONG = {
         .sum()
     ),
     "grpo_step": lambda *args: _trains_degenerate_groups(*args),
+    "train_loop": WRONG_LOOPS["a degenerate group sent"],
     "gain_by_source": lambda flips: {  # every flip counted as a gain of the box
         "the box": len(flips),
         "answering, in time": 0,
@@ -411,6 +424,9 @@ DELEGATES = {
     "grpo_step": lambda client, prompts, responses, rewards, adam: _package_step(
         client, prompts, responses, rewards, adam
     ),
+    "train_loop": lambda service, config, rows: training.train_sync(
+        config, service, progress=False
+    ).metrics.to_dict("records"),
     "k3_estimate": lambda sampled, reference: advantages.kl_penalty(
         sampled, reference, 0.0
     )[1]["kl_k3"],
@@ -420,7 +436,7 @@ DELEGATES = {
 def test_every_exercise_has_a_hidden_test(blocks):
     names = [name for _, name, _, _ in blocks]
     assert set(names) == set(WRONG)
-    assert len(names) == len(set(names)) == 21
+    assert len(names) == len(set(names)) == 22
 
 
 def test_hidden_tests_pass_the_solutions(blocks):

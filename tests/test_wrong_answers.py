@@ -462,7 +462,7 @@ STEP_SUMMARY = {
 }
 
 
-# grpo_step_by_hand(model, lora_params, batch, adam_params)
+# grpo_step_by_hand(model, lora_params, batches, adam_params)
 def _plain_step(
     shift=True,
     masked=True,
@@ -471,8 +471,32 @@ def _plain_step(
     sign=1.0,
     optimizer="adamw",
     reduce="sum",
+    zero=True,
+    fresh_each=False,
 ):
-    def step(model, lora_params, batch, adam_params):
+    def make(params, adam):
+        if optimizer == "adamw":
+            return torch.optim.AdamW(
+                params,
+                lr=adam.learning_rate,
+                betas=(adam.beta1, adam.beta2),
+                eps=adam.eps,
+                weight_decay=adam.weight_decay,
+            )
+        if optimizer == "adamw-defaults":  # issue 44: passed the one-step check
+            return torch.optim.AdamW(params, lr=adam.learning_rate)
+        if optimizer == "adam-no-decay":
+            return torch.optim.Adam(
+                params,
+                lr=adam.learning_rate,
+                betas=(adam.beta1, adam.beta2),
+                eps=adam.eps,
+            )
+        if optimizer == "sgd":
+            return torch.optim.SGD(params, lr=adam.learning_rate)
+        return None
+
+    def loss_of(model, batch):
         logits = model(input_ids=batch.tokens, attention_mask=batch.attention_mask)
         logits = logits.logits.float()
         if temperature:
@@ -499,25 +523,29 @@ def _plain_step(
             scale = scale / batch.max_tokens
         terms = -sign * torch.exp(chosen - old) * (batch.advantages * scale)[:, None]
         terms = torch.where(mask, terms, 0.0)
-        loss = terms.sum() if reduce == "sum" else terms[mask].mean()
-        if optimizer == "adamw":
-            opt = torch.optim.AdamW(
-                lora_params,
-                lr=adam_params.learning_rate,
-                betas=(adam_params.beta1, adam_params.beta2),
-                eps=adam_params.eps,
-                weight_decay=adam_params.weight_decay,
-            )
-        elif optimizer == "sgd":
-            opt = torch.optim.SGD(lora_params, lr=adam_params.learning_rate)
-        else:
-            opt = None
-        loss.backward()
-        if opt is not None:
-            opt.step()
-        return loss.detach()
+        return terms.sum() if reduce == "sum" else terms[mask].mean()
 
-    return step
+    def steps(model, lora_params, batches, adam_params):
+        opt = make(lora_params, adam_params)
+        losses = []
+        for batch in batches:
+            if fresh_each:
+                opt = make(lora_params, adam_params)
+            loss = loss_of(model, batch)
+            loss.backward()
+            if optimizer == "sign-sgd":  # issue 44: passed the one-step check
+                with torch.no_grad():
+                    for p in lora_params:
+                        p -= adam_params.learning_rate * p.grad.sign()
+            elif opt is not None:
+                opt.step()
+            if zero:
+                for p in lora_params:
+                    p.grad = None
+            losses.append(loss.detach())
+        return losses
+
+    return steps
 
 
 GRPO_STEP_BY_HAND = {
@@ -528,6 +556,13 @@ GRPO_STEP_BY_HAND = {
     "the sign flipped": _plain_step(sign=-1.0),
     "a mean over the tokens, not a sum": _plain_step(reduce="mean"),
     "a plain gradient step, not Adam": _plain_step(optimizer="sgd"),
+    "sign-SGD (one Adam step from zero moments)": _plain_step(optimizer="sign-sgd"),
+    "AdamW(params, lr=lr) with torch's defaults": _plain_step(
+        optimizer="adamw-defaults"
+    ),
+    "Adam without weight decay": _plain_step(optimizer="adam-no-decay"),
+    "a new optimiser for each batch (moments lost)": _plain_step(fresh_each=True),
+    "the gradients not zeroed between batches": _plain_step(zero=False),
     "no optimiser step": _plain_step(optimizer=None),
 }
 

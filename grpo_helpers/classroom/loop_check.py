@@ -211,7 +211,7 @@ def _datum_key(datum: Any) -> tuple:
 
 
 def _datum_hint(got: Any, want: Any) -> str:
-    """"" or what differs between one Datum of each loop."""
+    """ "" or what differs between one Datum of each loop."""
     try:
         tokens = got.model_input.to_ints()
         targets = got.loss_fn_inputs["target_tokens"].tolist()
@@ -252,7 +252,7 @@ def _rel_err(x: Any, y: Any) -> float:
 
 
 def _update_hint(step: int, got: _Update, want: _Update) -> str:
-    """"" or the first thing that differs in one update."""
+    """ "" or the first thing that differs in one update."""
     if got.loss_fns != want.loss_fns:
         return (
             f"step {step}: forward_backward got loss_fn "
@@ -261,7 +261,9 @@ def _update_hint(step: int, got: _Update, want: _Update) -> str:
         )
     n, m = len(got.datums), len(want.datums)
     if n > m:
-        extra = [d for d in got.datums if _datum_key(d) not in map(_datum_key, want.datums)]
+        extra = [
+            d for d in got.datums if _datum_key(d) not in map(_datum_key, want.datums)
+        ]
         if extra and all(not _values(d, "advantages").any() for d in extra):
             return (
                 f"step {step}: {n} Datums where train_sync sends {m}: a degenerate "
@@ -280,9 +282,7 @@ def _update_hint(step: int, got: _Update, want: _Update) -> str:
     hints = [_datum_hint(g, w) for g, w in zip(got.datums, want.datums, strict=True)]
     hint = next((h for h in hints if h), "")
     if hint:
-        if sorted(map(_datum_key, got.datums)) == sorted(
-            map(_datum_key, want.datums)
-        ):
+        if sorted(map(_datum_key, got.datums)) == sorted(map(_datum_key, want.datums)):
             return (
                 f"step {step}: the Datums are train_sync's, in another order: take "
                 "the step's prompts in the run's order (data.batch_indices) and each "
@@ -302,7 +302,7 @@ def _update_hint(step: int, got: _Update, want: _Update) -> str:
 
 
 def _metrics_hint(history: Any, reference: Any, steps: int) -> str:
-    """"" or the first step whose metrics dict differs from ``train_sync``'s."""
+    """ "" or the first step whose metrics dict differs from ``train_sync``'s."""
     if not isinstance(history, (list, tuple)) or len(history) != steps:
         return (
             f"return a list of one metrics dict per step ({steps} here), got "
@@ -355,7 +355,9 @@ def compare(learner: _Log, reference: _Log, history: Any, metrics: Any) -> str:
                     f"step {step}: forward_backward was not followed by optim_step: "
                     "the gradients pile up and the weights never change"
                 )
-            return f"step {step}: train_sync updates the weights here; your loop did not"
+            return (
+                f"step {step}: train_sync updates the weights here; your loop did not"
+            )
         hint = _update_hint(step, learner.updates[k], want)
         if hint:
             return hint
@@ -366,7 +368,9 @@ def compare(learner: _Log, reference: _Log, history: Any, metrics: Any) -> str:
             "optim_step per step, and none when every group is degenerate"
         )
     if learner.pending:
-        return "forward_backward at the end of the loop was never followed by optim_step"
+        return (
+            "forward_backward at the end of the loop was never followed by optim_step"
+        )
     return _metrics_hint(history, metrics, steps)
 
 

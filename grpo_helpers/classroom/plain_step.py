@@ -1,15 +1,23 @@
-"""One GRPO step in plain PyTorch, held against the engine's own step.
+"""GRPO steps in plain PyTorch, held against the engine's own steps.
 
 Notebook 04's exercise 4 asks the learner to write what ``forward_backward`` and
 ``optim_step`` do, with nothing but torch: the model's logits, ``log_softmax`` and
 ``gather`` on the shifted targets, the mask of the completion tokens, the
-importance-sampling loss with a length normalisation, ``loss.backward()`` and one
-Adam step on the LoRA weights. :func:`plain_step_check` runs the learner's step on
-one copy of a policy and the engine's ``forward_backward`` + ``optim_step`` on
-another, identical copy, and compares the loss, the gradients of the LoRA weights
-and the weights after the step.
+importance-sampling loss with a length normalisation, ``loss.backward()`` and an
+Adam step on the LoRA weights, once per batch of a list, with one optimiser whose
+moments carry over. :func:`plain_step_check` runs the learner's steps on one copy of
+a policy and the engine's ``forward_backward`` + ``optim_step`` per batch on
+another, identical copy, and compares each loss, each step's gradients of the LoRA
+weights and the weights after the last step.
 
-The batch (:class:`PlainBatch`) is built from completions the check samples itself,
+Why two steps: one Adam step from fresh moments moves each weight by about
+``lr * sign(g)`` whatever ``beta1`` and ``beta2`` are, so a single step cannot tell
+Adam from sign-SGD. The second step's moments hold the first gradient, so the
+betas and eps count; the weight decay (1.0, on LoRA weights moved away from zero)
+shrinks every weight by ``lr * 1.0 * w`` per step, so an optimiser that ignores it
+or uses torch's default (0.01) lands elsewhere.
+
+Each batch (:class:`PlainBatch`) is built from completions the check samples itself,
 at a temperature below 1, after two short prompts of different lengths: rows of
 different lengths, right-padded, with junk in ``old_logprobs`` outside the
 completions, so that only a right mask counts the right positions. Both copies
@@ -24,8 +32,9 @@ logits by the temperature computes other logprobs, ratios and loss, and fails.
 (TRL divides by it on both sides instead: ``trl_mapping``'s "temperature".)
 
 Hints name the mistake (no shift, no mask, the logits divided by the temperature,
-another normalisation, the sign, no backward, no step, a plain gradient step),
-never the wanted numbers.
+another normalisation, the sign, no backward, no step, a plain gradient step, the
+gradients not zeroed between batches, Adam's settings not read), never the wanted
+numbers.
 
 Introduced in: 04_datum_alignment.ipynb (exercise 4)
 """
@@ -220,12 +229,22 @@ def _loss_hint(value: float, want: float, logits: Any, batch: PlainBatch) -> str
 
 @dataclass
 class _Case:
-    """One normalisation's batch, the engine's Datums for it, and the LoRA
-    weights both copies start from."""
+    """One normalisation's batches (one per prompt), the engine's Datums for each,
+    and the LoRA weights both copies start from."""
 
-    batch: PlainBatch
-    datums: list[Any]
+    batches: list[PlainBatch]
+    datums: list[list[Any]]
     start: dict[str, Any]
+
+
+#: Where the check's LoRA weights start (normal, with these spreads): ``lora_A``
+#: large enough that the weight decay moves it visibly, ``lora_B`` small but not
+#: zero (every LoRA tensor gets a gradient, the ratios are not 1, and the policy
+#: stays close to the one that sampled).
+START_A, START_B = 0.05, 0.01
+#: Where every step's gradient is clear of rounding, a weight after the steps must
+#: be the engine's within this share of the learning rate (plus 1e-4 of itself).
+STEP_TOLERANCE = 0.01
 
 
 def _cases(
@@ -235,7 +254,8 @@ def _cases(
     lora_rank: int,
     seed: int,
 ) -> list[_Case]:
-    """Sample the check's completions and build one case per normalisation."""
+    """Sample the check's completions and build one case per normalisation: two
+    batches, the completions of one prompt each."""
     import pytrio as trio
     import torch
 
@@ -245,7 +265,8 @@ def _cases(
     tokens = list(prompt_tokens)
     prompts = [tokens[-min(4, len(tokens)) :], tokens[-min(7, len(tokens)) :]]
     sampler = service.create_sampling_client(base_model=base_model)
-    rows = []
+    per_prompt: list[list[tuple[Any, ...]]] = []
+    count = 0
     for i, prompt in enumerate(prompts):
         params = trio.SamplingParams(
             max_tokens=MAX_TOKENS, temperature=TEMPERATURE, seed=seed + i
@@ -255,10 +276,12 @@ def _cases(
             num_samples=2,
             sampling_params=params,
         ).result()
+        rows = []
         for j, sequence in enumerate(response.sequences):
             # cut the completions to different lengths: the normalisations differ
             keep = max(1, len(sequence.tokens) - 2 * j - 3 * i)
-            advantage = ADVANTAGES[len(rows) % len(ADVANTAGES)]
+            advantage = ADVANTAGES[count % len(ADVANTAGES)]
+            count += 1
             rows.append(
                 (
                     prompt,
@@ -267,88 +290,108 @@ def _cases(
                     advantage,
                 )
             )
+        per_prompt.append(rows)
     reference = service.create_lora_training_client(
         base_model, rank=lora_rank, seed=seed
     )
     generator = torch.Generator().manual_seed(seed)
     start = {}
     for name, p in lora_parameters(reference).items():
-        moved = torch.randn(p.shape, generator=generator) * 0.01
-        start[name] = moved if "lora_B" in name else p.detach().clone()
+        spread = START_B if "lora_B" in name else START_A
+        start[name] = torch.randn(p.shape, generator=generator) * spread
     pad = reference.get_tokenizer().pad_token_id or 0
     cases = []
     for normalization in NORMALIZATIONS:
-        batch = plain_batch(rows, normalization, MAX_TOKENS, TEMPERATURE, pad)
-        scales = _scales(batch, normalization).tolist()
-        datums = [
-            build_grpo_datum(
-                prompt,
-                RolloutSample(completion, logprobs, "", 0.0, advantage),
-                [advantage * scale] * len(completion),
+        batches, datums = [], []
+        for rows in per_prompt:
+            batch = plain_batch(rows, normalization, MAX_TOKENS, TEMPERATURE, pad)
+            scales = _scales(batch, normalization).tolist()
+            batches.append(batch)
+            datums.append(
+                [
+                    build_grpo_datum(
+                        prompt,
+                        RolloutSample(completion, logprobs, "", 0.0, advantage),
+                        [advantage * scale] * len(completion),
+                    )
+                    for (prompt, completion, logprobs, advantage), scale in zip(
+                        rows, scales, strict=True
+                    )
+                ]
             )
-            for (prompt, completion, logprobs, advantage), scale in zip(
-                rows, scales, strict=True
-            )
-        ]
-        cases.append(_Case(batch, datums, start))
+        cases.append(_Case(batches, datums, start))
     return cases
 
 
-#: The check's optimiser settings: not PyTRIO's defaults, so that they must be read.
+#: The check's optimiser settings: far from torch's defaults (betas 0.9 and 0.999,
+#: eps 1e-8, AdamW's weight decay 0.01), so that an optimiser that does not read
+#: them takes other steps.
 def _adam() -> Any:
     import pytrio as trio
 
     return trio.AdamParams(
-        learning_rate=2e-3, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.0
+        learning_rate=2e-3, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=1.0
     )
 
 
-def _engine_step(
+def _engine_steps(
     service: Any, base_model: str, case: _Case, lora_rank: int, seed: int, adam: Any
-) -> tuple[float, dict[str, Any], dict[str, Any]]:
-    """The engine's loss, LoRA gradients and LoRA weights after one step."""
+) -> tuple[list[float], list[dict[str, Any]], dict[str, Any]]:
+    """The engine's loss and LoRA gradients at each step, and the LoRA weights
+    after the last."""
     import torch
 
     from grpo_helpers.local.plain import load_lora, lora_parameters
 
     engine = service.create_lora_training_client(base_model, rank=lora_rank, seed=seed)
     load_lora(engine, case.start)
-    output = engine.forward_backward(case.datums, "importance_sampling").result()
     params = lora_parameters(engine)
-    grads = {
-        name: (torch.zeros_like(p) if p.grad is None else p.grad.detach().clone())
-        for name, p in params.items()
-    }
-    engine.optim_step(adam).result()
+    losses, grads = [], []
+    for datums in case.datums:
+        output = engine.forward_backward(datums, "importance_sampling").result()
+        losses.append(float(output.metrics["loss_sum"]))
+        grads.append(
+            {
+                name: (
+                    torch.zeros_like(p) if p.grad is None else p.grad.detach().clone()
+                )
+                for name, p in params.items()
+            }
+        )
+        engine.optim_step(adam).result()
     after = {name: p.detach().clone() for name, p in params.items()}
-    return float(output.metrics["loss_sum"]), grads, after
+    return losses, grads, after
 
 
-def _learner_step(
-    step: Callable[..., Any],
+def _learner_steps(
+    steps: Callable[..., Any],
     service: Any,
     base_model: str,
     case: _Case,
     lora_rank: int,
     seed: int,
     adam: Any,
-) -> tuple[Any, dict[str, Any], dict[str, Any]]:
-    """What the learner's step returned, the gradients it left and the weights
+) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+    """What the learner's function returned, the gradients at each backward (one
+    dict per backward: what ``.grad`` held once it was done) and the weights
     after it."""
     from grpo_helpers.local.plain import load_lora, lora_parameters, torch_policy
 
     mine = service.create_lora_training_client(base_model, rank=lora_rank, seed=seed)
     load_lora(mine, case.start)
     names = {id(p): name for name, p in lora_parameters(mine).items()}
-    grads: dict[str, Any] = {}
+    grads: list[dict[str, Any]] = []
     with torch_policy(mine) as (model, params):
 
         def record(p: Any) -> None:
-            grads[names[id(p)]] = p.grad.detach().clone()
+            name = names[id(p)]
+            if not grads or name in grads[-1]:  # a new backward began
+                grads.append({})
+            grads[-1][name] = p.grad.detach().clone()
 
         hooks = [p.register_post_accumulate_grad_hook(record) for p in params]
         try:
-            got = step(model, params, case.batch.copy(), adam)
+            got = steps(model, params, [b.copy() for b in case.batches], adam)
         finally:
             for hook in hooks:
                 hook.remove()
@@ -359,7 +402,7 @@ def _learner_step(
 def _start_logits(
     service: Any, base_model: str, case: _Case, lora_rank: int, seed: int
 ) -> Any:
-    """The policy's logits on the batch at the start (for the hints only)."""
+    """The policy's logits on the first batch at the start (for the hints only)."""
     import torch
 
     from grpo_helpers.local.plain import load_lora, torch_policy
@@ -367,7 +410,7 @@ def _start_logits(
     policy = service.create_lora_training_client(base_model, rank=lora_rank, seed=seed)
     load_lora(policy, case.start)
     with torch_policy(policy) as (model, _), torch.no_grad():
-        batch = case.batch
+        batch = case.batches[0]
         return model(
             input_ids=batch.tokens, attention_mask=batch.attention_mask
         ).logits.float()
@@ -377,7 +420,8 @@ def _close(got: dict[str, Any], want: dict[str, Any], atol: float) -> bool:
     import torch
 
     return all(
-        torch.allclose(got[name], want[name], atol=atol, rtol=1e-3) for name in want
+        name in got and torch.allclose(got[name], want[name], atol=atol, rtol=1e-3)
+        for name in want
     )
 
 
@@ -385,29 +429,88 @@ def _same_step(
     after: dict[str, Any],
     want: dict[str, Any],
     start: dict[str, Any],
-    grads: dict[str, Any],
-    grad_tol: float,
+    sure: dict[str, Any],
     lr: float,
+    steps: int,
 ) -> bool:
-    """Whether the weights after a step are ``want``, within 5% of the learning
-    rate, where the gradient is larger than its tolerance. Where it is not (a few
-    elements of a real model, whose gradient is rounding noise on both sides),
-    Adam's first step has no reliable direction: there the weight need only have
-    moved by at most one learning rate."""
+    """Whether the weights after the steps are ``want``, within
+    :data:`STEP_TOLERANCE` of the learning rate, where ``sure`` (a mask per tensor: the gradient of every step is larger
+    than its tolerance). Where it is not (a few elements of a real model, whose
+    gradient is rounding noise on both sides), Adam has no reliable direction:
+    there the weight need only have moved by at most about one learning rate (plus
+    its decay) per step."""
     for name, target in want.items():
-        sure = grads[name].abs() > grad_tol
         gap = (after[name] - target).abs()
         moved = (after[name] - start[name]).abs()
-        if bool((gap > 0.05 * lr + 1e-3 * target.abs())[sure].any()):
+        if bool((gap > STEP_TOLERANCE * lr + 1e-4 * target.abs())[sure[name]].any()):
             return False
-        if bool((moved > 1.05 * lr)[~sure].any()):
+        reach = steps * lr * (1.5 + start[name].abs())
+        if bool((moved > reach)[~sure[name]].any()):
             return False
     return True
 
 
+def _sure(grads: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per tensor, where every step's gradient is clear of float rounding: above
+    1e-4 of that tensor's largest gradient (a model's output layer has gradients
+    far larger than the rest, so one tolerance for all would leave most weights
+    unchecked)."""
+    import torch
+
+    out = {}
+    for name in grads[0]:
+        stacked = torch.stack([g[name].abs() for g in grads])
+        tol = 1e-4 * float(stacked.max()) + 1e-8
+        out[name] = (stacked > tol).all(dim=0)
+    return out
+
+
+def _returned_losses(got: Any, n: int) -> list[float] | str:
+    """The learner's losses as numbers, or a hint."""
+    import torch
+
+    if not isinstance(got, (list, tuple)) or len(got) != n:
+        return f"return a list of the {n} losses, one per batch (each before its step)"
+    values = []
+    for value in got:
+        try:
+            values.append(float(value.detach() if torch.is_tensor(value) else value))
+        except (TypeError, ValueError, RuntimeError):
+            return "return each loss as a number or a tensor with one number"
+    return values
+
+
+def _optimizer_hint(
+    case: _Case,
+    after: dict[str, Any],
+    learner_grads: list[dict[str, Any]],
+    adam: Any,
+) -> str:
+    """Why the weights after the steps are not the engine's: a plain gradient
+    step, or Adam's settings not read."""
+    lr = adam.learning_rate
+    sgd = dict(case.start)
+    for grads in learner_grads:  # what a plain step would do with its gradients
+        sgd = {k: sgd[k] - lr * grads[k] for k in sgd}
+    # from its own gradients a plain step is exact: every weight must agree
+    if all(
+        bool(((after[k] - sgd[k]).abs() <= 0.05 * lr + 1e-3 * sgd[k].abs()).all())
+        for k in sgd
+    ):
+        return (
+            "that is a plain gradient step: Adam divides each gradient by the root "
+            "of its running square"
+        )
+    return (
+        "the LoRA weights after your steps differ from Adam's with adam_params: "
+        "one optimiser for all the batches, made with learning_rate, beta1, beta2, "
+        "eps and weight_decay (AdamW's decoupled decay), each read from adam_params"
+    )
+
+
 def plain_step_check(
     exercise: str,
-    step: Callable[..., Any],
+    steps: Callable[..., Any],
     service: Any,
     base_model: str,
     prompt_tokens: Sequence[int],
@@ -415,60 +518,64 @@ def plain_step_check(
     seed: int = 0,
     strict: bool | None = None,
 ) -> bool:
-    """Check ``step(model, lora_params, batch, adam_params)``, one GRPO step in
+    """Check ``steps(model, lora_params, batches, adam_params)``, GRPO steps in
     plain PyTorch, against the engine's ``forward_backward`` + ``optim_step``.
 
     The check samples two completions after each of two short prompts (the
-    last tokens of ``prompt_tokens``) at temperature 0.6, and for each normalisation
-    of :data:`NORMALIZATIONS` makes two identical copies of a LoRA policy on
-    ``base_model`` (rank ``lora_rank``, weights moved away from zero). The engine
-    trains one on the batch's Datums (advantages times the normalisation's
-    factor); the learner's ``step`` gets the other as ``model`` (a
-    ``torch.nn.Module``: ``model(input_ids=..., attention_mask=...).logits``) and
-    ``lora_params`` (the tensors to step), the :class:`PlainBatch` and a
-    ``pytrio.AdamParams``, and must return the loss (computed before the step).
+    last tokens of ``prompt_tokens``) at temperature 0.6: two batches, one per
+    prompt. For each normalisation of :data:`NORMALIZATIONS` it makes two identical
+    copies of a LoRA policy on ``base_model`` (rank ``lora_rank``, weights moved
+    away from zero). The engine trains one, batch after batch: the batch's Datums
+    (advantages times the normalisation's factor), then ``optim_step``. The
+    learner's ``steps`` gets the other as ``model`` (a ``torch.nn.Module``:
+    ``model(input_ids=..., attention_mask=...).logits``) and ``lora_params`` (the
+    tensors to step), the list of :class:`PlainBatch` and a ``pytrio.AdamParams``
+    (:func:`_adam`, far from torch's defaults), and must take one step per batch
+    with one optimiser and return the list of losses (each computed before its
+    step).
 
-    Passes when the loss is the engine's ``loss_sum`` (within 1e-3 + 1e-4 of it),
-    every LoRA gradient the engine's (1e-3 relative, 1e-4 of the largest), and
-    every LoRA weight after the step the engine's (within 5% of the learning
-    rate; where a gradient is within its tolerance of zero, only within one
-    learning rate of where it started). Needs the local engine: PyTRIO's model is
-    not in this process.
+    Passes when each loss is the engine's ``loss_sum`` (within 1e-3 + 1e-4 of it),
+    each step's LoRA gradients the engine's (1e-3 relative, 1e-4 of the largest),
+    and every LoRA weight after the last step the engine's (within 1% of the
+    learning rate; where a gradient is within its tolerance of zero, only within
+    reach of where it started). Needs the local engine: PyTRIO's model is not in
+    this process.
 
     Returns:
         True when all three agree for every normalisation.
     """
 
     def check() -> str:
-        import torch
 
         adam = _adam()
         cases = _cases(service, base_model, prompt_tokens, lora_rank, seed)
         for case in cases:
-            got, grads, after = _learner_step(
-                step, service, base_model, case, lora_rank, seed, adam
+            got, grads, after = _learner_steps(
+                steps, service, base_model, case, lora_rank, seed, adam
             )
-            want_loss, want_grads, want_after = _engine_step(
+            want_losses, want_grads, want_after = _engine_steps(
                 service, base_model, case, lora_rank, seed, adam
             )
             moved = not _close(after, case.start, 0.0)
             if got is None:
-                return STUB_HINT if not (grads or moved) else "return the loss"
-            try:
-                value = float(got.detach() if torch.is_tensor(got) else got)
-            except (TypeError, ValueError, RuntimeError):
-                return "return the loss as a number or a tensor with one number"
-            if abs(value - want_loss) > 1e-3 + 1e-4 * abs(want_loss):
+                return STUB_HINT if not (grads or moved) else "return the losses"
+            values = _returned_losses(got, len(case.batches))
+            if isinstance(values, str):
+                return values
+            if abs(values[0] - want_losses[0]) > 1e-3 + 1e-4 * abs(want_losses[0]):
                 logits = _start_logits(service, base_model, case, lora_rank, seed)
-                return _loss_hint(value, want_loss, logits, case.batch)
-            if len(grads) < len(want_grads):
-                return (
-                    "no gradient reached the LoRA weights (or only some): call "
-                    "loss.backward() on the loss, from logits of the model"
-                )
-            scale = max(float(g.abs().max()) for g in want_grads.values())
+                return _loss_hint(values[0], want_losses[0], logits, case.batches[0])
+            scale = max(float(g.abs().max()) for g in want_grads[0].values())
             grad_tol = 1e-4 * scale + 1e-8
-            if not _close(grads, want_grads, grad_tol):
+            if len(grads) < len(want_grads) or any(
+                len(g) < len(want_grads[0]) for g in grads
+            ):
+                return (
+                    "no gradient reached the LoRA weights (or only some, or not at "
+                    "every batch): call loss.backward() on each batch's loss, from "
+                    "logits of the model"
+                )
+            if not _close(grads[0], want_grads[0], grad_tol):
                 return (
                     "the loss matches the engine's but its gradient does not: is part "
                     "of it detached (.detach(), .item(), torch.no_grad()), or did "
@@ -477,21 +584,26 @@ def plain_step_check(
             if not moved:
                 return (
                     "the LoRA weights did not change: take one Adam step on "
-                    "lora_params after loss.backward()"
+                    "lora_params after each loss.backward()"
                 )
-            lr = adam.learning_rate
-            if not _same_step(after, want_after, case.start, want_grads, grad_tol, lr):
-                sgd = {n: case.start[n] - lr * want_grads[n] for n in want_grads}
-                if _same_step(after, sgd, case.start, want_grads, grad_tol, lr):
+            lr, n = adam.learning_rate, len(case.batches)
+            # a weight's direction is reliable where every step's gradient is
+            sure = _sure(want_grads)
+            wrong_step = _optimizer_hint(case, after, grads, adam)
+            if abs(values[1] - want_losses[1]) > 1e-3 + 1e-4 * abs(want_losses[1]):
+                # the first batch's loss and gradient were right: the first step
+                # left other weights than the engine's
+                return f"the second batch's loss differs: {wrong_step}"
+            if not _close(grads[1], want_grads[1], grad_tol):
+                both = {k: want_grads[0][k] + want_grads[1][k] for k in want_grads[1]}
+                if _close(grads[1], both, grad_tol):
                     return (
-                        "that is a plain gradient step: Adam divides each gradient "
-                        "by the root of its running square"
+                        "the second batch's gradient still holds the first's: zero "
+                        "the gradients after each step (optimizer.zero_grad())"
                     )
-                return (
-                    "the LoRA weights after your step differ from one Adam step "
-                    "with adam_params (learning_rate, beta1, beta2, eps, "
-                    "weight_decay)"
-                )
+                return "the second batch's gradient differs from the engine's"
+            if not _same_step(after, want_after, case.start, sure, lr, n):
+                return wrong_step
         return ""
 
     return run_check(exercise, check, strict)

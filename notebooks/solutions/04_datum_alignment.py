@@ -64,9 +64,12 @@ def importance_sampling_loss(logprobs, old_logprobs, advantages, mask):
     return torch.where(mask, -ratio * advantages, 0.0).sum()
 
 
-def grpo_step_by_hand(model, lora_params, batch, adam_params):
-    """One GRPO step in plain PyTorch: the engine's ``forward_backward`` +
-    ``optim_step`` on a padded batch.
+def grpo_step_by_hand(model, lora_params, batches, adam_params):
+    """GRPO steps in plain PyTorch: the engine's ``forward_backward`` +
+    ``optim_step`` on each padded batch of ``batches``, in turn.
+
+    One AdamW optimiser for ``lora_params``, made once with every setting of
+    ``adam_params`` (its moments carry from one step to the next); then per batch:
 
     1. Logits ``[B, L, V]``; position t predicts token t + 1, so the logprob of
        each next token is ``log_softmax(logits[:, :-1])`` gathered at
@@ -76,30 +79,13 @@ def grpo_step_by_hand(model, lora_params, batch, adam_params):
        shifted frame positions ``1 .. L - 1``.
     3. The loss: the sum over them of ``-ratio * A * s``, with ``s`` the row's
        normalisation factor (1, 1 / C or 1 / max_tokens).
-    4. ``loss.backward()``, then one AdamW step on the LoRA weights.
+    4. ``loss.backward()``, one AdamW step, and the gradients zeroed.
 
     Returns:
-        The loss before the step (a tensor with one number).
+        The losses, one per batch, each before its step.
     """
     import torch
 
-    logits = model(input_ids=batch.tokens, attention_mask=batch.attention_mask).logits
-    logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
-    targets = batch.tokens[:, 1:]
-    token_logprobs = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
-    position = torch.arange(1, batch.tokens.shape[1])[None]  # the token predicted
-    start = batch.prompt_lengths[:, None]
-    mask = (position >= start) & (position < start + batch.completion_lengths[:, None])
-    lengths = batch.completion_lengths.float()
-    if batch.normalization == "sequence_mean":
-        scale = 1.0 / lengths
-    elif batch.normalization == "constant":
-        scale = torch.full_like(lengths, 1.0 / batch.max_tokens)
-    else:  # "token_sum"
-        scale = torch.ones_like(lengths)
-    ratio = torch.exp(token_logprobs - batch.old_logprobs[:, 1:])
-    weight = (batch.advantages * scale)[:, None]
-    loss = torch.where(mask, -ratio * weight, 0.0).sum()
     optimizer = torch.optim.AdamW(
         lora_params,
         lr=adam_params.learning_rate,
@@ -107,10 +93,33 @@ def grpo_step_by_hand(model, lora_params, batch, adam_params):
         eps=adam_params.eps,
         weight_decay=adam_params.weight_decay,
     )
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
-    return loss.detach()
+    losses = []
+    for batch in batches:
+        logits = model(
+            input_ids=batch.tokens, attention_mask=batch.attention_mask
+        ).logits
+        logprobs = torch.log_softmax(logits[:, :-1].float(), dim=-1)
+        targets = batch.tokens[:, 1:]
+        token_logprobs = logprobs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+        position = torch.arange(1, batch.tokens.shape[1])[None]  # token predicted
+        start = batch.prompt_lengths[:, None]
+        ends = start + batch.completion_lengths[:, None]
+        mask = (position >= start) & (position < ends)
+        lengths = batch.completion_lengths.float()
+        if batch.normalization == "sequence_mean":
+            scale = 1.0 / lengths
+        elif batch.normalization == "constant":
+            scale = torch.full_like(lengths, 1.0 / batch.max_tokens)
+        else:  # "token_sum"
+            scale = torch.ones_like(lengths)
+        ratio = torch.exp(token_logprobs - batch.old_logprobs[:, 1:])
+        weight = (batch.advantages * scale)[:, None]
+        loss = torch.where(mask, -ratio * weight, 0.0).sum()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.detach())
+    return losses
 
 
 #: The grader's hidden tests: other inputs than the notebook's visible checks.
@@ -277,18 +286,24 @@ def prepare(case):
         max_tokens=top,
         temperature=t,
     )
+    # a second batch: the same rows, other advantages (both signs)
+    second = types.SimpleNamespace(**vars(batch))
+    second.advantages = -0.5 * torch.tensor(advantages).flip(0)
     adam = types.SimpleNamespace(
-        learning_rate=0.01, beta1=0.9, beta2=0.99, eps=1e-8, weight_decay=0.0
+        learning_rate=0.01, beta1=0.8, beta2=0.95, eps=1e-6, weight_decay=0.5
     )
-    return model, [model.lora_a, model.lora_b], batch, adam
+    return model, [model.lora_a, model.lora_b], [batch, second], adam
 
 
 def project(result, args):
     import torch
 
     model = args[0]
-    loss = float(result.detach()) if torch.is_tensor(result) else float(result)
-    return [loss, model.lora_a.detach().tolist(), model.lora_b.detach().tolist()]
+    losses = [
+        float(r.detach()) if torch.is_tensor(r) else float(r)
+        for r in (result if isinstance(result, (list, tuple)) else [result])
+    ]
+    return [losses, model.lora_a.detach().tolist(), model.lora_b.detach().tolist()]
 """,
     },
     "looks_aligned": {
