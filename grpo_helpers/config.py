@@ -466,6 +466,15 @@ class GRPOConfig:
         "temperature before its loss); 1 at temperature != 1 has no TRL "
         "equivalent (the export's notes say what differs)",
     )
+    dynamic_sampling: int = knob(
+        0,
+        "DAPO's dynamic sampling: when fewer than --batch-size groups of a step "
+        "teach, draw up to this many more batches of questions (0: off)",
+        at_least=0,
+        group="objective",
+        trl_how="refused when > 0: TRL 1.16 has no dynamic sampling (its request, "
+        "trl#3708, is open)",
+    )
     # Two safeguards (notebook 05): DAPO's masking of truncated completions, and
     # gradient clipping. Off by default, as in the demo scripts.
     mask_truncated: bool = knob(
@@ -506,6 +515,11 @@ class GRPOConfig:
     def _combination_problems(self) -> list[str]:
         """Values that are each allowed but not together."""
         problems = []
+        if self.dynamic_sampling > 0 and self.all_data:
+            problems.append(
+                "dynamic_sampling draws questions past a step's own batch, and "
+                "all_data runs one pass over the rows: choose one of the two"
+            )
         if self.train_temperature == "sampling":
             if self.backend != "local":
                 problems.append(

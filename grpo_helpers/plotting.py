@@ -15,7 +15,6 @@ Introduced in: 01_gsm8k_dataset.ipynb (histograms), used by every notebook.
 from __future__ import annotations
 
 import math
-
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any

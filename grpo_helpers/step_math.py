@@ -399,8 +399,18 @@ def format_step_line(row: dict[str, Any]) -> str:
     )
 
 
-def sample_records(step: int, groups: list[PromptGroup]) -> list[dict[str, Any]]:
-    """The ``samples.jsonl`` lines of one step: one per completion."""
+def sample_records(
+    step: int,
+    groups: list[PromptGroup],
+    trained: list[PromptGroup] | None = None,
+) -> list[dict[str, Any]]:
+    """The ``samples.jsonl`` lines of one step: one per completion.
+
+    With ``trained`` (dynamic sampling: the groups the step trained on), each
+    line also says whether its group was ``discarded`` (degenerate, or past the
+    ``batch_size`` groups that teach).
+    """
+    kept = None if trained is None else {id(g) for g in trained if not g.degenerate}
     return [
         {
             "step": step,
@@ -411,6 +421,7 @@ def sample_records(step: int, groups: list[PromptGroup]) -> list[dict[str, Any]]
             "advantage": sample.advantage,
             "num_tokens": len(sample.tokens),
             "exact": exact,
+            **({} if kept is None else {"discarded": id(group) not in kept}),
         }
         for group in groups
         for i, (sample, exact) in enumerate(

@@ -107,6 +107,12 @@ class _Run:
             self.train_data, config.steps, config.batch_size, config.all_data
         )
         self.cumulative = self.run.cumulative()
+        # Batches of questions drawn before the next step: one per step, more where
+        # dynamic sampling drew extra batches (recorded per step, so a resumed run
+        # takes the same questions).
+        self.position = sum(
+            int(row.get("batches_drawn", 1)) for row in self.run.metrics
+        )
         if service is None:
             service = connect(config.backend, run_dir=self.run.path / "checkpoints")
         self.service = service
@@ -149,10 +155,15 @@ class _Run:
     def steps(self) -> range:
         return range(self.run.start_step, self.num_steps)
 
-    def batch(self, step: int) -> list[tuple[int, dict[str, Any], list[int], str]]:
-        """(row index, row, prompt tokens, gold answer) for the step's prompts."""
+    def batch(
+        self, step: int, round_: int = 0
+    ) -> list[tuple[int, dict[str, Any], list[int], str]]:
+        """(row index, row, prompt tokens, gold answer) for the step's prompts:
+        its batch of questions (``round_`` 0) or dynamic sampling's extra batch
+        ``round_``, the next questions of the split in the run's order."""
+        number = step if self.config.all_data else self.position + round_
         indices = batch_indices(
-            len(self.train_data), step, self.config.batch_size, self.config.all_data
+            len(self.train_data), number, self.config.batch_size, self.config.all_data
         )
         out = []
         for index, row in zip(indices, self.train_data.select(indices), strict=True):
@@ -160,9 +171,49 @@ class _Run:
             out.append((index, row, tokens, extract_gsm8k_answer(row["answer"])))
         return out
 
-    def params(self, step: int, prompt: int) -> trio.SamplingParams:
-        seed = derive_seed(self.config.seed, step, prompt)
+    def params(self, step: int, prompt: int, round_: int = 0) -> trio.SamplingParams:
+        """The sampling params of the ``prompt``-th prompt of the step's batch
+        ``round_`` (its seed: ``derive_seed(seed, step, round_ * batch_size +
+        prompt)``)."""
+        number = round_ * self.config.batch_size + prompt
+        seed = derive_seed(self.config.seed, step, number)
         return self.base_params.model_copy(update={"seed": seed})
+
+    def needs_more(self, groups: list[PromptGroup], rounds: int) -> bool:
+        """Dynamic sampling (DAPO): another batch of questions, when fewer than
+        ``batch_size`` of the step's groups teach and the bound allows it."""
+        teaching = sum(not g.degenerate for g in groups)
+        return (
+            teaching < self.config.batch_size and rounds < self.config.dynamic_sampling
+        )
+
+    def trained_groups(self, groups: list[PromptGroup]) -> list[PromptGroup]:
+        """The groups the step trains on: all of them (degenerate ones send no
+        Datum) or, with dynamic sampling, the first ``batch_size`` that teach."""
+        if self.config.dynamic_sampling == 0:
+            return groups
+        return [g for g in groups if not g.degenerate][: self.config.batch_size]
+
+    def drawn(
+        self,
+        groups: list[PromptGroup],
+        trained: list[PromptGroup],
+        rounds: int,
+        refill_seconds: float,
+    ) -> dict[str, float]:
+        """What the step drew and discarded (its metrics), and the run's place in
+        the questions moves on."""
+        self.position += 1 + rounds
+        teaching = sum(not g.degenerate for g in trained)
+        return {
+            "batches_drawn": float(1 + rounds),
+            "groups_sampled": float(len(groups)),
+            "groups_discarded": float(len(groups) - teaching),
+            "refill_samples": float(
+                sum(len(g.samples) for g in groups[self.config.batch_size :])
+            ),
+            "seconds_refill": refill_seconds,
+        }
 
     def datums(
         self, groups: list[PromptGroup], reference: Sequence[Any] | None
@@ -221,7 +272,8 @@ class _Run:
         for key in TOKEN_COUNTERS:
             self.cumulative[key] += row[key]
             row[f"cum_{key}"] = self.cumulative[key]
-        self.run.append_step(row, sample_records(step, groups))
+        trained = self.trained_groups(groups) if self.config.dynamic_sampling else None
+        self.run.append_step(row, sample_records(step, groups, trained))
         self.log(format_step_line(row))
         if self.swanlab_run is not None:
             import swanlab
@@ -328,30 +380,22 @@ def train_sync(
     for step in r.steps():
         t0 = time.perf_counter()
         sampler = tc.save_weights_and_get_sampling_client()
-        groups = []
-        batch = r.batch(step)
-        for i, (index, _row, tokens, gold) in enumerate(
-            tqdm(batch, desc=f"GRPO step {step}", unit="prompt", disable=not progress)
-        ):
-            samples = run_rollout_group(
-                sampler,
-                r.tokenizer,
-                tokens,
-                gold,
-                r.params(step, i),
-                config.group_size,
-                r.reward_fn,
-                config.advantage_scale,
-            )
-            groups.append(PromptGroup(index, tokens, gold, samples))
+        groups = _sample_groups(r, sampler, step)
+        rounds, refill_started = 0, time.perf_counter()
+        while r.needs_more(groups, rounds):  # dynamic sampling: another batch
+            rounds += 1
+            groups += _sample_groups(r, sampler, step, rounds)
         t1 = time.perf_counter()
+        trained = r.trained_groups(groups)
+        drawn = r.drawn(groups, trained, rounds, t1 - refill_started if rounds else 0.0)
         reference = None
         if r.reference is not None:  # the base model's logprobs, for the KL
             futures = [
-                r.reference.compute_logprobs(x) for x in reference_inputs(groups)
+                r.reference.compute_logprobs(x) for x in reference_inputs(trained)
             ]
             reference = [future.result() for future in futures]
-        datums, objective = r.datums(groups, reference)
+        datums, objective = r.datums(trained, reference)
+        objective |= drawn
         loss_metrics: dict[str, float] = {}
         optim_metrics: dict[str, float] = {}
         if datums and config.loss_temperature != 1.0:  # the tempered sampler's
@@ -381,17 +425,46 @@ def train_sync(
     return r.finish(weights.path)
 
 
-async def _sample_groups_async(r: _Run, sampler: Any, step: int) -> list[PromptGroup]:
-    """One group of completions per prompt of ``step``'s batch, sampled at once.
+def _sample_groups(
+    r: _Run, sampler: Any, step: int, round_: int = 0
+) -> list[PromptGroup]:
+    """One group of completions per prompt of the step's batch ``round_``, each
+    waited on (the sync loop)."""
+    config = r.config
+    batch = r.batch(step, round_)
+    label = f"GRPO step {step}" + (f" (extra batch {round_})" if round_ else "")
+    groups = []
+    for i, (index, _row, tokens, gold) in enumerate(
+        tqdm(batch, desc=label, unit="prompt", disable=not r.progress)
+    ):
+        samples = run_rollout_group(
+            sampler,
+            r.tokenizer,
+            tokens,
+            gold,
+            r.params(step, i, round_),
+            config.group_size,
+            r.reward_fn,
+            config.advantage_scale,
+        )
+        groups.append(PromptGroup(index, tokens, gold, samples))
+    return groups
+
+
+async def _sample_groups_async(
+    r: _Run, sampler: Any, step: int, round_: int = 0
+) -> list[PromptGroup]:
+    """One group of completions per prompt of ``step``'s batch ``round_``, sampled
+    at once.
 
     ``asyncio.gather`` runs one rollout per prompt concurrently and keeps the
     input order, so the groups line up with the batch.
     """
     config = r.config
-    batch = r.batch(step)
+    batch = r.batch(step, round_)
     with tqdm(
         total=len(batch),
-        desc=f"GRPO step {step}",
+        desc=f"GRPO step {step}" + (f" (extra batch {round_})" if round_ else ""),
         unit="prompt",
         disable=not r.progress,
     ) as bar:
@@ -402,7 +475,7 @@ async def _sample_groups_async(r: _Run, sampler: Any, step: int) -> list[PromptG
                     r.tokenizer,
                     tokens,
                     gold,
-                    r.params(step, i),
+                    r.params(step, i, round_),
                     config.group_size,
                     r.reward_fn,
                     config.advantage_scale,
@@ -450,16 +523,23 @@ async def train_async(
         t0 = time.perf_counter()
         sampler = await tc.save_weights_and_get_sampling_client_async()
         groups = await _sample_groups_async(r, sampler, step)
+        rounds, refill_started = 0, time.perf_counter()
+        while r.needs_more(groups, rounds):  # dynamic sampling: another batch
+            rounds += 1
+            groups += await _sample_groups_async(r, sampler, step, rounds)
         t1 = time.perf_counter()
+        trained = r.trained_groups(groups)
+        drawn = r.drawn(groups, trained, rounds, t1 - refill_started if rounds else 0.0)
         reference = None
         if r.reference is not None:  # the base model's logprobs, for the KL
             reference = await asyncio.gather(
                 *[
                     r.reference.compute_logprobs_async(x)
-                    for x in reference_inputs(groups)
+                    for x in reference_inputs(trained)
                 ]
             )
-        datums, objective = r.datums(groups, reference)
+        datums, objective = r.datums(trained, reference)
+        objective |= drawn
         loss_metrics: dict[str, float] = {}
         optim_metrics: dict[str, float] = {}
         if datums and config.loss_temperature != 1.0:  # the tempered sampler's

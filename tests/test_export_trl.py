@@ -164,6 +164,7 @@ CARRIED = {
     # TRL always trains the tempered policy: what changes is the export's note
     # (test_train_temperature.py::test_the_trl_export_says_which_policy_it_trains)
     "train_temperature",
+    "dynamic_sampling",  # refused when on (test_dynamic_sampling.py)
 }
 
 

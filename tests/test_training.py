@@ -451,7 +451,7 @@ KILLER = textwrap.dedent(
     training.train(config(killed), mode, progress=False, on_step=kill_after_two_steps)
     """
 )
-TIMING = ("seconds_sampling", "seconds_training", "seconds_total")
+TIMING = ("seconds_sampling", "seconds_training", "seconds_total", "seconds_refill")
 
 
 def final_lora(run_dir: Path) -> dict:

@@ -434,9 +434,10 @@ def _same_step(
     steps: int,
 ) -> bool:
     """Whether the weights after the steps are ``want``, within
-    :data:`STEP_TOLERANCE` of the learning rate, where ``sure`` (a mask per tensor: the gradient of every step is larger
-    than its tolerance). Where it is not (a few elements of a real model, whose
-    gradient is rounding noise on both sides), Adam has no reliable direction:
+    :data:`STEP_TOLERANCE` of the learning rate, where ``sure`` (a mask per
+    tensor: the gradient of every step is larger than its tolerance). Where it
+    is not (a few elements of a real model, whose gradient is rounding noise on
+    both sides), Adam has no reliable direction:
     there the weight need only have moved by at most about one learning rate (plus
     its decay) per step."""
     for name, target in want.items():

@@ -175,6 +175,15 @@ def refusals(config: GRPOConfig) -> list[tuple[str, str]]:
                 "run. Set kl_coef > 0 or measure_kl=False",
             )
         )
+    if config.dynamic_sampling > 0:
+        out.append(
+            (
+                "dynamic_sampling",
+                "TRL 1.16 has no dynamic sampling (its request, trl#3708, is open): "
+                "its trainer trains every group it sampled. Export with "
+                "dynamic_sampling=0",
+            )
+        )
     if config.eval_limit > 0:
         out.append(
             (
