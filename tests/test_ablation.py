@@ -24,6 +24,8 @@ PROMISES = {
     "sequence-mean": {"normalization"},
     "constant": {"normalization"},
     "reward": {"reward"},
+    "tempered": {"train_temperature"},
+    "dynamic sampling": {"dynamic_sampling"},
 }
 
 
@@ -231,7 +233,7 @@ def test_the_noise_pair_is_one_configuration():
 @pytest.mark.slow
 def test_quick_ablation_writes_what_the_knobs_notebook_reads(tmp_path):
     out = tmp_path / "ablation"
-    variants = ["baseline", "ppo, mu=2"]
+    variants = ["baseline", "ppo, mu=2", "dynamic sampling (DAPO)"]
     run_bench(
         "ablations",
         "--quick",
@@ -245,7 +247,13 @@ def test_quick_ablation_writes_what_the_knobs_notebook_reads(tmp_path):
     results = ablation.load_results(out)
     assert sorted(r["variant"] for r in results) == sorted(variants)
     for record in results:
-        assert [p["step"] for p in record["held_out"]] == [0, 2]
+        steps = [p["step"] for p in record["held_out"]]
+        if record["variant"].startswith("dynamic"):  # also at the baseline's budget
+            assert steps[0] == 0 and steps[-1] == 2 and len(steps) == 3
+            budget = record["held_out"][1]
+            assert budget["samples"] >= budget["budget"] == 2 * 2 * 4
+        else:
+            assert steps == [0, 2]
         point = record["held_out"][-1]
         n = len(point["exact_by_question"])
         assert n == len(point["lenient_by_question"]) == len(point["classes"])
@@ -264,7 +272,7 @@ def test_quick_ablation_writes_what_the_knobs_notebook_reads(tmp_path):
     for column, _ in ablation.MECHANISMS.values():
         assert column in metrics
     assert not ablation.mechanism_table(results).empty
-    assert len(ablation.seed_level(results)) == 1
+    assert len(ablation.seed_level(results)) == 2
     assert not ablation.held_out_frame(results).empty
     # the clipped variant logs its clip fraction on the steps that updated
     ppo = next(r for r in results if r["variant"] == "ppo, mu=2")

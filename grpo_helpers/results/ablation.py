@@ -64,6 +64,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "constant (Dr. GRPO)": {"normalization": "constant"},
     f"{OTHER_REWARD.replace('_', '-')} reward": {"reward": OTHER_REWARD},
     "tempered loss (TRL)": {"train_temperature": "sampling"},
+    "dynamic sampling (DAPO)": {"dynamic_sampling": 3},
 }
 
 #: Variants of earlier ablations left out, and why.
@@ -173,6 +174,35 @@ def _held_out_point(step: int, records: pd.DataFrame) -> dict[str, Any]:
     }
 
 
+def _budget_point(
+    config: GRPOConfig,
+    base: GRPOConfig,
+    service: Any,
+    on_step: Callable[[pd.DataFrame], None] | None,
+    scoring: dict[str, int],
+) -> dict[str, Any]:
+    """Train a run that samples more per step (dynamic sampling) one step at a
+    time (a resume per step: ``steps`` may change on resume) until it has sampled
+    as many completions as the baseline's whole run, and score it there: the
+    variant at the baseline's sampling budget, which on this CPU is most of its
+    time (notebook 05: sampling is most of a step)."""
+    budget = base.steps * base.batch_size * base.group_size
+    for steps in range(1, config.steps + 1):
+        result = training.train_sync(
+            replace(config, steps=steps),
+            service,
+            resume=True,
+            overwrite=True,
+            progress=False,
+            on_step=on_step,
+        )
+        sampled = int(result.metrics["groups_sampled"].sum()) * config.group_size
+        if sampled >= budget:
+            break
+    records = _evaluate(service, config, result.weights_path, **scoring)
+    return {**_held_out_point(steps, records), "samples": sampled, "budget": budget}
+
+
 def run_variant(
     variant: str,
     seed: int,
@@ -224,6 +254,8 @@ def run_variant(
             0, _evaluate(service, config, None, base_cache, **scoring, reuse=reuse_base)
         )
     ]
+    if config.dynamic_sampling > 0:  # also scored where it matched the budget
+        points.append(_budget_point(config, base, service, on_step, scoring))
     result = training.train_sync(
         config, service, resume=True, overwrite=True, progress=False, on_step=on_step
     )
