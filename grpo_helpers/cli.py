@@ -368,10 +368,21 @@ def cmd_series(args: argparse.Namespace) -> int:
         print(f"  {status} in {seconds:.0f} s -> {target}", flush=True)
         if args.record_times and status == "ok":
             course.record_time(Path(args.record_times), book.stem, seconds)
-    print("\nExecuted notebooks (open them with `jupyter lab`):")
+    print(
+        "\nExecuted notebooks (open them with the project's kernel: "
+        f"`make lab NOTEBOOKS={_shown(out)}`):"
+    )
     for name, status, seconds, target in summary:
         print(f"  {status:6s} {seconds:7.0f} s  {name:34s} {target}")
     return 0 if all(s == "ok" for _, s, _, _ in summary) else 1
+
+
+def _shown(path: Path) -> str:
+    """``path`` relative to the project's root where it lies inside it."""
+    try:
+        return str(path.resolve().relative_to(SETTINGS.project_root))
+    except ValueError:
+        return str(path)
 
 
 def _book_parser(sub: argparse._SubParsersAction) -> None:

