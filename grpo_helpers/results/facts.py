@@ -4,13 +4,16 @@ A sentence that explains a result quotes numbers. The notebooks, the README and
 ``docs/`` quote them as they come from here: each fact is a short phrase, keyed by
 name, recomputed from the recorded per-question records (their completions graded
 again from the text, :func:`evaluation.regrade`, never a stored grade) or from the
-recorded ablation. ``tests/test_claims.py`` holds every cited sentence to these
-phrases; ``python -m grpo_helpers facts`` prints them all.
+recorded ablation. The notebooks print their sentences with :func:`say`, so their
+numbers are never typed; ``tests/test_claims.py`` holds every sentence the README and
+``docs/`` cite to these phrases; ``python bench/recorded_facts.py`` prints them all.
 
 * :func:`run_facts`: one recorded run (the evaluation notebooks, the README);
 * :func:`shaped_facts`: the shaped-reward run against the default one;
 * :func:`ablation_facts`: the knobs, judged across seeds (:mod:`ablation`);
 * :func:`noise_pair_facts`: two runs of one configuration that parted;
+* :func:`say`: a sentence with ``{fact}`` placeholders, filled in from one family
+  (what the evaluation notebooks print);
 * :func:`load_seed_results`, :func:`seed_table`, :func:`seed_summary`: the
   final-split seeds of notebook 05's defaults, as the README and
   ``docs/results.md`` tabulate them.
@@ -22,7 +25,9 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Mapping, Sequence
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -41,13 +46,16 @@ from grpo_helpers.results import (
 
 __all__ = [
     "BARS",
+    "FAMILIES",
     "SEED_KEYS",
     "ablation_facts",
     "all_facts",
+    "family",
     "front_table",
     "load_seed_results",
     "noise_pair_facts",
     "run_facts",
+    "say",
     "seed_summary",
     "seed_level_table",
     "seed_summary_line",
@@ -531,11 +539,50 @@ def seed_level_table(results: Sequence[Mapping[str, Any]], grade: str = "exact")
     return "\n".join(lines)
 
 
+#: Every family of facts, by name, and the function that computes it.
+FAMILIES: dict[str, Callable[[], dict[str, str]]] = {
+    "run": run_facts,
+    "shaped": shaped_facts,
+    "ablation": ablation_facts,
+    "noise pair": noise_pair_facts,
+}
+
+
 def all_facts() -> dict[str, dict[str, str]]:
     """Every family of facts, by name (what the claims test and the CLI read)."""
-    return {
-        "run": run_facts(),
-        "shaped": shaped_facts(),
-        "ablation": ablation_facts(),
-        "noise pair": noise_pair_facts(),
-    }
+    return {name: compute() for name, compute in FAMILIES.items()}
+
+
+@cache
+def family(name: str) -> dict[str, str]:
+    """One family of :data:`FAMILIES`, computed once per session (the records do not
+    change while a notebook runs)."""
+    if name not in FAMILIES:
+        raise KeyError(f"unknown family {name!r}; choose one of {', '.join(FAMILIES)}")
+    return FAMILIES[name]()
+
+
+#: A placeholder of :func:`say`: the name of a fact between braces.
+PLACEHOLDER = re.compile(r"\{([^{}]+)\}")
+
+
+def say(template: str, source: str = "run") -> str:
+    """``template`` with each ``{fact}`` replaced by that fact of the family
+    ``source`` (a key of :data:`FAMILIES`), recomputed from the records.
+
+    Raises:
+        KeyError: a placeholder that names no fact of the family.
+
+    Example:
+        >>> say("the best prompt-only baseline is the {best prompt}")
+        'the best prompt-only baseline is the arithmetic example'
+    """
+    values = family(source)
+
+    def fill(match: re.Match[str]) -> str:
+        key = match.group(1)
+        if key not in values:
+            raise KeyError(f"no fact {key!r} in the {source!r} facts")
+        return values[key]
+
+    return PLACEHOLDER.sub(fill, template)

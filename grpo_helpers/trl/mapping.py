@@ -309,9 +309,22 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
     if config.save_every > 0:
         settings["save_steps"] = config.save_every * mu
     if target == "gpu":
-        settings |= {"bf16": True, "activation_checkpointing": True}
+        # TRL's fast path on a GPU: vLLM generates, in the training process
+        # (colocate: no second server), and TRL corrects its logprobs' small
+        # difference from the trainer's (vllm_importance_sampling_correction).
+        settings |= {
+            "bf16": True,
+            "activation_checkpointing": True,
+            "use_vllm": True,
+            "vllm_mode": "colocate",
+        }
     else:
-        settings |= {"bf16": False, "activation_checkpointing": False, "use_cpu": True}
+        settings |= {
+            "bf16": False,
+            "activation_checkpointing": False,
+            "use_cpu": True,
+            "use_vllm": False,  # vLLM needs a GPU: transformers' generate on the CPU
+        }
     return settings
 
 
