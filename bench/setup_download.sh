@@ -1,28 +1,31 @@
 #!/usr/bin/env bash
 # How much does `make setup` download on a machine that has never installed anything?
 #
-# Takes the packages of this checkout's `.venv` (what `make setup` installed: every
-# extra and the model, torch and the project itself aside), downloads each one's
+# Takes the packages of a virtual environment (VENV, default this checkout's `.venv`:
+# what `make setup` or `make setup-all` installed, torch and the project itself
+# aside), downloads each one's
 # file from the package index into a temporary folder with the download cache off,
 # and adds the size of torch's CPU wheel (from the local wheel folder WHEELS, default
 # /opt/wheels, where it exists). Prints the sizes and how long the downloads took
 # over this machine's link; a laptop's link sets its own time.
 #
 #   make setup && bash bench/setup_download.sh
+#   make setup VENV=/tmp/learner && VENV=/tmp/learner bash bench/setup_download.sh
 #
 # The last line is for a script to read:
 #   RESULT download packages <n> <MB>MB torch <MB>MB total <MB>MB seconds <s>
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PY="$ROOT/.venv/bin/python"
+VENV="${VENV:-$ROOT/.venv}"
+PY="$VENV/bin/python"
 WHEELS="${WHEELS:-/opt/wheels}"
-[ -x "$PY" ] || { echo "no .venv here: run make setup first" >&2; exit 2; }
+[ -x "$PY" ] || { echo "no $VENV: run make setup first" >&2; exit 2; }
 WORK="$(mktemp -d /tmp/grpo-setup-download-XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 
 # uv (what make setup uses) lists the environment; pip freeze where uv is absent.
-if [ -x "$ROOT/.venv/bin/uv" ]; then
-  "$ROOT/.venv/bin/uv" pip freeze --python "$PY"
+if [ -x "$VENV/bin/uv" ]; then
+  "$VENV/bin/uv" pip freeze --python "$PY"
 else
   "$PY" -m pip freeze
 fi | grep -v -E '^-e |^grpo-notebooks|^torch==' >"$WORK/packages.txt"

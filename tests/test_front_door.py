@@ -56,3 +56,20 @@ def test_the_licence_and_the_citation_agree_with_the_project():
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert citation["license"] == "MIT"
     assert citation["version"] == project["version"]
+
+
+def test_the_download_quoted_is_the_measured_one():
+    """The README's download for ``make setup`` is the learner's set-up as
+    ``VENV=<it> bash bench/setup_download.sh`` measured it; docs/package.md gives
+    both set-ups' figures from their result files."""
+    results = ROOT / "bench" / "results"
+    totals = {}
+    for name in ("setup_download-learner.txt", "setup_download.txt"):
+        line = (results / name).read_text().strip().splitlines()[-1]
+        totals[name] = re.search(r"total (\d+)MB", line).group(1)
+    assert f"{totals['setup_download-learner.txt']} MB download" in " ".join(
+        README.split()
+    )
+    package = " ".join((ROOT / "docs" / "package.md").read_text().split())
+    assert f"downloads about {totals['setup_download-learner.txt']} MB" in package
+    assert f"`make setup-all` about {totals['setup_download.txt']} MB" in package
