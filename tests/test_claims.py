@@ -2,19 +2,27 @@
 
 The notebooks, the README and ``docs/`` explain results in sentences, and a
 sentence quotes numbers. ``grpo_helpers.results.facts`` recomputes each of them from the
-recorded records (completions graded again from their text). Every citation below
-is a *template*: a piece of the sentence with ``{fact}`` where a number goes. The
-template, filled in with the recorded facts, must appear word for word in the cell
-or page section that cites it, bounded by anything but a digit, a letter or a
-decimal point: so a fact is anchored to the words around it, "3%" never matches
-inside "43%", and two facts cannot swap places unnoticed. Where two citations of one
-place render the same text, that text must appear as often. Re-record a run and this
-test names the sentences to rewrite (``python bench/recorded_facts.py`` prints the
-facts).
+recorded records (completions graded again from their text).
+
+* The evaluation notebooks (08, 09) type no recorded number: a code cell prints each
+  with ``facts.say(template)``, and their markdown says what the numbers show. Each
+  template must name recorded facts; the markdown around them must hold no typed
+  percentage, p-value or count; and what it says in words (the largest part of a
+  gain, "no measurable change", "on every seed") is checked against the facts here.
+* The README and ``docs/`` cite *templates*: a piece of the sentence with ``{fact}``
+  where a number goes. The template, filled in with the recorded facts, must appear
+  word for word in the page section that cites it, bounded by anything but a digit, a
+  letter or a decimal point: so a fact is anchored to the words around it, "3%" never
+  matches inside "43%", and two facts cannot swap places unnoticed. Where two
+  citations of one place render the same text, that text must appear as often.
+
+Re-record a run and this test names the sentences to rewrite (``python
+bench/recorded_facts.py`` prints the facts).
 """
 
 from __future__ import annotations
 
+import ast
 import re
 from collections import Counter
 from functools import cache
@@ -112,112 +120,6 @@ def cites(where: str, start: str, source: str, *templates: str) -> None:
     CITED.append((where, start, source, list(templates)))
 
 
-# --------------------------------------------------------------- notebook 08
-cites(
-    NB08,
-    "**Reading it.** In the recorded run",
-    "run",
-    "the net exact gain is {gain sources}.",
-    "{base: copied the example} base answers copied the strawberry example and "
-    "{base: cut off} others were cut off",
-    "only {base: right, unboxed} base answers had the right number without it",
-    "{trained: right operation, wrong result} use the right operation and get a "
-    "wrong result, {trained: wrong operation} the wrong operation",
-    "{trained: repeats the example's words} trained answers open with the "
-    "example's words",
-)
-cites(
-    NB08,
-    "**Reading it.** Neither prompt",
-    "run",
-    "the base model boxes nothing (exact {zero-shot exact}) and {zero-shot: cut off} "
-    "answers are cut off",
-    "it boxes {arithmetic example boxed} of its answers, but "
-    "{arithmetic example: writes no expression} are a bare boxed number",
-    "exact accuracy stays at {arithmetic example exact}",
-    "The best prompt against the trained model, exact: {beyond prompting exact}; "
-    "lenient: {beyond prompting lenient}.",
-    "its answers write their expression ({trained: writes no expression} do not",
-)
-cites(
-    NB08,
-    "**Reading it.** On GSM8K",
-    "run",
-    "the recorded run goes exact {gsm8k exact} and lenient {gsm8k lenient}",
-    "cut off {gsm8k cut off base} of the base model's answers and "
-    "{gsm8k cut off trained} of the trained model's",
-)
-cites(
-    NB08,
-    "## Summary",
-    "run",
-    "In the recorded run: {gain sources}.",
-    "buys the box ({arithmetic example boxed} of answers)",
-    "GRPO against that best prompt, exact: {beyond prompting exact}.",
-    "the recorded run shows no measurable change (exact {gsm8k exact}).",
-)
-cites(
-    NB08,
-    "**Reading it.** Read the shaped rows first.",
-    "shaped",
-    "After 8 steps the shaped run boxes {boxed early} of its answers while its exact "
-    "accuracy goes {exact early};",
-    "By step 30 it has learned some arithmetic too, exact {exact}.",
-)
-cites(
-    NB08,
-    "**Reading it.** Read the shaped rows first.",
-    "run",
-    "the default run boxes {boxed early} at that point.",
-)
-
-# --------------------------------------------------------------- notebook 09
-cites(
-    NB09,
-    "**Reading it.** The two runs share",
-    "noise pair",
-    "The two runs share their rewards for {steps shared from the start}, then part: "
-    "{steps with the same reward} share the reward.",
-    "They end at {final exact} exact: {flips}.",
-)
-
-cites(
-    NB09,
-    "## What this ablation supports",
-    "ablation",
-    "over {seeds}.",
-    "The baseline learns on {baseline learned} (both grades up, p < 0.01): "
-    "its exact accuracy rose {baseline: exact points gained}.",
-    "over the last five steps its k3 estimate averages {KL beta=0.2: KL to base (k3)}, "
-    "against {baseline: KL to base (k3)} for the baseline, and its exact accuracy rose "
-    "{KL beta=0.2: exact points gained}. Against the baseline: {KL beta=0.2 exact}.",
-    "its runs had the baseline's reward at "
-    "{constant (Dr. GRPO): steps with the baseline's reward}. Against the baseline: "
-    "{constant (Dr. GRPO) exact}.",
-)
-cites(
-    NB09,
-    "- **Sequence-mean normalisation**",
-    "ablation",
-    "its gradient is {sequence-mean: gradient norm / baseline's} of the baseline's, so "
-    "Adam cannot divide it out. Against the baseline: {sequence-mean exact}.",
-    "a clip fraction of {ppo, mu=2: clip fraction} of its tokens over the run). "
-    "Against the baseline: {ppo, mu=2 exact}.",
-    "Std-scaled advantages against the baseline: {std-scaled advantages exact}.",
-)
-cites(
-    NB09,
-    "- **The binary reward**",
-    "ablation",
-    "its runs had the baseline's reward at "
-    "{binary reward: steps with the baseline's reward}, and went "
-    "{binary reward exact per seed} against it. Against the baseline: "
-    "{binary reward exact}.",
-    "the per-seed differences spread by {noise sd exact} (pooled over the variants), "
-    "so these seeds would detect a true difference of {detectable exact} 80% of the "
-    "time.",
-)
-
 # ------------------------------------------------------------ docs/results.md
 cites(
     "docs/results.md",
@@ -295,20 +197,20 @@ def test_two_facts_with_one_value_need_two_occurrences():
 
 
 def test_swapping_two_numbers_between_sentences_fails():
-    """The knobs notebook's seed-level bullets: swap the KL penalty's per-seed
-    gains with the baseline's, and the citation check names both sentences."""
-    text = markdown_cell(NB09, "## What this ablation supports")
+    """Two per-seed gains in two sentences: swap them, and the citation check names
+    both sentences."""
     values = recorded()["ablation"]
+    templates = [
+        "The baseline's exact accuracy rose {baseline: exact points gained}.",
+        "The KL penalty's rose {KL beta=0.2: exact points gained}.",
+    ]
+    text = " ".join(render(t, values) for t in templates)
+    assert not missing_citations(text, templates, values)
     kl = values["KL beta=0.2: exact points gained"].split(" points")[0]
     base = values["baseline: exact points gained"].split(" points")[0]
-    templates = [
-        t for w, s, f, ts in CITED if w == NB09 and f == "ablation" for t in ts
-    ]
-    templates = [t for t in templates if "exact points gained" in t]
-    assert templates and not missing_citations(text, templates, values)
     swapped = text.replace(kl, "\0").replace(base, kl).replace("\0", base)
     assert swapped != text
-    assert missing_citations(swapped, templates, values)
+    assert len(missing_citations(swapped, templates, values)) == 2
 
 
 def test_the_facts_regrade_the_completions(monkeypatch):
@@ -398,3 +300,201 @@ def test_the_results_page_tables_are_generated(folder, seeds):
         f"docs/results.md lacks these lines of `python bench/cpu_grpo_demo.py "
         f"--table` over {folder} seeds {seeds}: {missing}"
     )
+
+
+# ------------------------------------------------ the evaluation notebooks (08, 09)
+#: Where the notebooks' recorded numbers are printed: every ``facts.say`` call.
+SAY = "say"
+
+
+def say_calls(stem: str) -> list[tuple[str, str]]:
+    """Every ``facts.say(template[, family])`` of a notebook's code cells, and each
+    template of a loop ``for line in (...): print(facts.say(line, family))``."""
+    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", 4)
+    calls = []
+    for cell in nb.cells:
+        if cell.cell_type != "code" or f"facts.{SAY}(" not in cell.source:
+            continue
+        tree = ast.parse(cell.source)
+        loops = {  # loops over a tuple of strings: the templates they print
+            node.target.id: [e.value for e in node.iter.elts]
+            for node in ast.walk(tree)
+            if isinstance(node, ast.For)
+            and isinstance(node.target, ast.Name)
+            and isinstance(node.iter, ast.Tuple)
+            and all(
+                isinstance(e, ast.Constant) and isinstance(e.value, str)
+                for e in node.iter.elts
+            )
+        }
+        for node in ast.walk(tree):
+            if not (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr == SAY
+            ):
+                continue
+            first, *rest = node.args
+            family = ast.literal_eval(rest[0]) if rest else "run"
+            if isinstance(first, ast.Name):
+                calls += [(template, family) for template in loops[first.id]]
+            else:
+                calls.append((ast.literal_eval(first), family))
+    return calls
+
+
+@pytest.mark.parametrize("stem", [NB08, NB09])
+def test_the_notebooks_print_recorded_facts(stem):
+    """Each template a notebook prints names facts of its family (``facts.say``
+    raises on one that names none), and fills in to a sentence with no braces."""
+    calls = say_calls(stem)
+    assert calls, stem
+    for template, family in calls:
+        assert facts.PLACEHOLDER.search(template), template
+        out = render(template, recorded()[family])
+        assert "{" not in out and "}" not in out, out
+
+
+#: Where the markdown explains recorded numbers that a code cell prints.
+READINGS = {
+    NB08: ("**Reading it.**", "## Summary"),
+    NB09: ("**Reading it.**", "## What this ablation supports", "**How much these"),
+}
+#: A typed recorded number: a percentage, a p-value, "k of n", a signed count.
+TYPED = re.compile(
+    r"(?<![\w.])\d+(?:\.\d+)?%|\bp = \d|\b\d+ of \d+\b|[+-]\d+ (?:points|questions)"
+)
+#: Percentages that are conventions, not records.
+CONVENTIONS = ("80% of the time", "95% t-interval")
+
+
+@pytest.mark.parametrize("stem", [NB08, NB09])
+def test_the_readings_type_no_recorded_number(stem):
+    nb = nbformat.read(ROOT / "notebooks" / f"{stem}.ipynb", 4)
+    cells = [
+        c.source
+        for c in nb.cells
+        if c.cell_type == "markdown" and c.source.startswith(READINGS[stem])
+    ]
+    assert len(cells) >= 3, stem
+    for text in cells:
+        for convention in CONVENTIONS:
+            text = text.replace(convention, "")
+        assert not TYPED.findall(_normal(text)), (stem, TYPED.findall(text))
+
+
+def _count(phrase: str) -> int:
+    """``"30 of 100"`` -> 30."""
+    return int(phrase.split(" of ")[0])
+
+
+def _accuracy(phrase: str) -> tuple[int, int, float]:
+    """``"8% -> 38% (p = 1.4e-06)"`` -> (8, 38, 1.4e-06)."""
+    before, after, p = re.fullmatch(r"(\d+)% -> (\d+)% \(p = ([^)]+)\)", phrase).groups()
+    return int(before), int(after), float(p)
+
+
+def _p(phrase: str) -> float:
+    return float(re.search(r"p = ([0-9.e+-]+)", phrase).group(1))
+
+
+def _pct(phrase: str) -> int:
+    return int(phrase.rstrip("%"))
+
+
+def test_notebook_08_says_what_the_recorded_run_shows():
+    """The words of notebook 08's readings and summary, against the facts."""
+    run, shaped = recorded()["run"], recorded()["shaped"]
+    box, in_time, arithmetic = (
+        int(x)
+        for x in re.search(
+            r"([+-]\d+) from the box, ([+-]\d+) from answering in time and "
+            r"([+-]\d+) from the arithmetic",
+            run["gain sources"],
+        ).groups()
+    )
+    # section 1: answering in time the largest part, the box the least
+    assert in_time > arithmetic > box
+    assert _count(run["base: copied the example"]) + _count(run["base: cut off"]) >= 25
+    assert _count(run["trained: copied the example"]) == 0  # "does neither"
+    assert _count(run["trained: cut off"]) == 0
+    assert _count(run["base: right, unboxed"]) <= 10  # "few"
+    n = int(run["trained: right, boxed"].split(" of ")[1])
+    arithmetic_wrong = _count(run["trained: right operation, wrong result"]) + _count(
+        run["trained: wrong operation"]
+    )
+    assert _count(run["trained: right, boxed"]) + arithmetic_wrong == n  # "all"
+    assert _count(run["trained: repeats the example's words"]) == n  # "every"
+    # section 2: the prompts
+    assert run["zero-shot boxed"] == "0%"  # "boxes nothing"
+    assert _count(run["zero-shot: cut off"]) >= 25  # "many"
+    assert _pct(run["arithmetic example boxed"]) >= 90  # "almost every answer"
+    assert _count(run["arithmetic example: writes no expression"]) > n / 2  # "most"
+    base_exact, trained_exact, _ = _accuracy(run["exact"])
+    assert abs(_pct(run["arithmetic example exact"]) - base_exact) <= 5
+    assert run["best prompt"] == "arithmetic example"  # "that best prompt"
+    for grade in ("exact", "lenient"):
+        assert "+" in run[f"beyond prompting {grade}"]
+        assert _p(run[f"beyond prompting {grade}"]) < 0.01
+    assert _count(run["trained: writes no expression"]) == 0  # "every answer"
+    # section 3: GSM8K
+    for grade in ("exact", "lenient"):
+        assert _accuracy(run[f"gsm8k {grade}"])[2] >= 0.05  # "no measurable change"
+    assert _pct(run["gsm8k cut off base"]) >= 25  # "many"
+    assert _pct(run["gsm8k cut off trained"]) <= 10  # "few"
+    # section 4: the shaped reward, after 8 of 30 steps
+    from grpo_helpers.results import recorded_runs
+
+    shaped_run = recorded_runs.load_run("shaped-reward")
+    assert shaped_run.meta["early_step"] == 8 and len(shaped_run.metrics) == 30
+    assert _pct(shaped["boxed early"]) >= 90  # "almost every answer"
+    assert _pct(shaped["boxed early"]) >= _pct(run["boxed early"]) + 20  # "far more"
+    before, after, _ = _accuracy(shaped["exact early"])
+    assert after < before  # "its exact accuracy fell"
+    before, after, p = _accuracy(shaped["exact"])
+    assert after > before and p < 0.01  # "some arithmetic too (p < 0.01)"
+
+
+def _signed(phrase: str) -> list[int]:
+    """``"+11, -29 and +0 points on seeds ..."`` -> [11, -29, 0]."""
+    return [int(x) for x in re.findall(r"[+-]\d+", phrase.split(" points")[0])]
+
+
+def test_notebook_09_says_what_the_records_show():
+    """The words of notebook 09's readings, its opening and its summary (and
+    ``docs/teaching.md``'s "20 points apart"), against the facts."""
+    ablation_facts, pair = recorded()["ablation"], recorded()["noise pair"]
+    # section 7: one configuration, two runs
+    first, second = (int(x) for x in re.findall(r"(\d+)%", pair["final exact"]))
+    assert first - second == 20  # "can end 20 points apart"
+    assert _p(pair["flips"]) < 0.001  # "different at p < 0.001"
+    nb = nbformat.read(ROOT / "notebooks" / f"{NB09}.ipynb", 4)
+    texts = [_normal(c.source) for c in nb.cells] + [
+        _normal((ROOT / "docs" / "teaching.md").read_text())
+    ]
+    assert sum("20 points apart" in t for t in texts) >= 3
+    # what this ablation supports
+    learned, seeds = ablation_facts["baseline learned"].split(" seeds")[0].split(" of ")
+    assert learned == seeds  # "on every seed"
+    kl, base = (
+        float(ablation_facts[f"{v}: KL to base (k3)"]) for v in ("KL beta=0.2", "baseline")
+    )
+    assert kl < base / 2  # "far below the baseline's"
+    assert all(d < 0 for d in _signed(ablation_facts["KL beta=0.2 exact per seed"]))
+    shared = ablation_facts["constant (Dr. GRPO): steps with the baseline's reward"]
+    k, n = (int(x) for x in shared.split(" steps")[0].split(" of "))
+    assert k >= 0.9 * n  # "almost every step"
+    low, high = (
+        float(x)
+        for x in ablation_facts["sequence-mean: gradient norm / baseline's"].split(" to ")
+    )
+    assert high > 2 * low  # "changes from step to step"
+    clip = {
+        key.split(": ")[0]: float(value)
+        for key, value in ablation_facts.items()
+        if key.endswith(": clip fraction")
+    }
+    assert [v for v, fraction in clip.items() if fraction > 0] == ["ppo, mu=2"]
+    shared = ablation_facts["binary reward: steps with the baseline's reward"]
+    k, n = (int(x) for x in shared.split(" steps")[0].split(" of "))
+    assert k < n / 2  # "fewer than half of their steps"

@@ -612,6 +612,14 @@ def _in_a_thread(pass_rate, max_degenerate):
         return pool.submit(_smallest(copy), pass_rate, max_degenerate).result()
 
 
+def _on_a_pool_thread(answer):
+    def run(pass_rate, max_degenerate):
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            return pool.submit(answer, pass_rate, max_degenerate).result()
+
+    return run
+
+
 def _in_a_process(pass_rate, max_degenerate):
     code = (
         "from grpo_helpers import advantages as a; import sys; p, t = "
@@ -657,6 +665,7 @@ def _watch_switched_off(pass_rate, max_degenerate):
         "a re-import",
         "a module swapped in sys.modules",
         "a copy run on a new thread",
+        "a copy loaded before, run on a pool thread",
         "a process",
         "a lazy result",
         "the watch switched off",
@@ -679,6 +688,10 @@ def test_a_forbidden_function_stays_forbidden_however_it_is_reached(
         "a re-import": _re_imported,
         "a module swapped in sys.modules": _smallest(function),
         "a copy run on a new thread": _in_a_thread,
+        # issue 48: only the watch set on new threads sees this one
+        "a copy loaded before, run on a pool thread": _on_a_pool_thread(
+            _smallest(_fresh_advantages().degenerate_probability)
+        ),
         "a process": _in_a_process,
         "a lazy result": _Lazy,
         "the watch switched off": _watch_switched_off,

@@ -724,3 +724,47 @@ def test_adapter_on_attention_only(svc, tok):
 def test_only_the_base_sampler_says_it_is_the_base_model(svc, base) -> None:
     assert base.is_base  # evaluation reuses recorded answers only for this one
     assert not new_client(svc).save_weights_and_get_sampling_client().is_base
+
+
+def test_two_adam_steps_follow_adam_params_by_hand(svc, tok):
+    """Issue 48's mutation: ``optim_step`` must build its optimiser with
+    ``AdamParams``' betas, eps and weight decay. One step from fresh moments
+    cannot show the betas (Adam's bias correction hides them), so: two steps, with
+    betas and eps far from torch's defaults, against AdamW written out by hand on
+    the gradients the engine computed."""
+    prompt, seq = sample_one(
+        new_client(svc).save_weights_and_get_sampling_client(), tok
+    )
+    tc = new_client(svc, seed=7)
+    adam = trio.AdamParams(
+        learning_rate=1e-2, beta1=0.5, beta2=0.7, eps=1e-3, weight_decay=0.1
+    )
+    weights = {
+        k: p.detach().clone() for k, p in tc._host.parameters(tc._adapter).items()
+    }
+    m = {k: torch.zeros_like(v) for k, v in weights.items()}
+    v = {k: torch.zeros_like(w) for k, w in weights.items()}
+    names = list(tc._host.parameters(tc._adapter))
+    for step, advantage in ((1, 1.0), (2, -0.5)):
+        datum = grpo_datum(prompt, seq, advantage)
+        tc.forward_backward([datum], "importance_sampling").result()
+        grads = {
+            k: None if p.grad is None else p.grad.detach().clone()
+            for k, p in zip(names, tc._params, strict=True)
+        }
+        tc.optim_step(adam).result()
+        for k in weights:
+            g = grads[k]
+            if g is None:  # AdamW leaves a parameter without a gradient alone
+                continue
+            weights[k] = weights[k] * (1 - adam.learning_rate * adam.weight_decay)
+            m[k] = adam.beta1 * m[k] + (1 - adam.beta1) * g
+            v[k] = adam.beta2 * v[k] + (1 - adam.beta2) * g * g
+            m_hat = m[k] / (1 - adam.beta1**step)
+            v_hat = v[k] / (1 - adam.beta2**step)
+            weights[k] = weights[k] - adam.learning_rate * m_hat / (
+                v_hat.sqrt() + adam.eps
+            )
+    got = adapter_tensors(tc)
+    for k, want in weights.items():
+        torch.testing.assert_close(got[k], want, rtol=1e-5, atol=1e-7, msg=k)

@@ -222,3 +222,28 @@ def test_trl_mapping():
     assert mapping.trl_settings(mean, "cpu")["max_grad_norm"] == pytest.approx(2 / 16)
     assert mapping.FIELD_RULES["mask_truncated"].trl == ("mask_truncated_completions",)
     assert mapping.FIELD_RULES["grad_clip_norm"].trl == ("max_grad_norm",)
+
+
+def test_each_completions_kl_change_reaches_its_own_datum_when_one_is_masked():
+    """Issue 48's mutation: the KL changes come one per completion of the groups
+    that teach, truncated ones included; with ``mask_truncated`` the truncated
+    completion sends no Datum but must still use up its change, or every later
+    completion gets its neighbour's (the issue's [-0.4, 0.7] for [-0.3, 0.8])."""
+    from grpo_helpers.datum import RolloutSample
+    from grpo_helpers.step_math import PromptGroup, build_step_datums
+
+    group = PromptGroup(
+        0,
+        [1, 2, 3],
+        "4",
+        [
+            RolloutSample([5, 6], [-0.1, -0.2], "cut", 0.0, 0.0, truncated=True),
+            RolloutSample([7, 8], [-0.3, -0.4], "wrong", 0.0, -0.5),
+            RolloutSample([9, 10], [-0.5, -0.6], "right", 1.0, 0.5),
+        ],
+    )
+    changes = [[0.1, 0.1], [0.2, 0.2], [0.3, 0.3]]
+    datums = build_step_datums([group], kl_changes=changes, mask_truncated=True)
+    sent = [v for d in datums for v in d.loss_fn_inputs["advantages"].tolist()[2:]]
+    assert len(datums) == 2
+    assert sent == pytest.approx([-0.3, -0.3, 0.8, 0.8])

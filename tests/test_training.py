@@ -996,3 +996,29 @@ def test_binary_same_seeds_readme_quotes_the_records():
         for d in (WORKED_FINAL, BINARY_SAME)
     ]
     assert same14[0]["text"].tolist() == same14[1]["text"].tolist()
+
+
+def test_the_runs_seed_seeds_the_sampling(tmp_path):
+    """Issue 48's mutation: every prompt's sampling seed derives from the run's
+    seed (``derive_seed(config.seed, step, prompt)``). On GSM8K, where the seed does
+    not choose the questions, two seeds must sample other completions of the same
+    questions, and one seed the same ones again (at step 0 the adapter is still
+    zero, so only the sampling seeds differ)."""
+    texts = {}
+    for name, seed in (("a", 0), ("b", 5), ("again", 0)):
+        config = GRPOConfig(
+            **tiny(
+                dataset="gsm8k",
+                steps=1,
+                batch_size=1,
+                seed=seed,
+                run_dir=str(tmp_path / name),
+                weights_name=name,
+            )
+        )
+        training.train_sync(config, progress=False)
+        samples = run_files.load_samples(tmp_path / name)
+        texts[name] = (samples["question_index"].tolist(), samples["text"].tolist())
+    assert texts["a"][0] == texts["b"][0]  # the same questions
+    assert texts["a"][1] != texts["b"][1]
+    assert texts["a"] == texts["again"]
