@@ -55,6 +55,9 @@ LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 #: What the loss trains (notebook 05, section 7): the model's own distribution
 #: ("1") or the tempered one the completions were sampled from ("sampling").
 TRAIN_TEMPERATURES = ("1", "sampling")
+#: Knobs that earlier runs saved and no loop reads any more: dropped on reading.
+#: ``eval_limit`` ("test questions to evaluate after training") was read by none.
+RETIRED_FIELDS = ("eval_limit",)
 #: The two loops of :mod:`grpo_helpers.training` (a command-line choice, not a knob).
 MODES = ("sync", "async")
 SWANLAB_MODES = ("offline", "local", "online")
@@ -375,12 +378,6 @@ class GRPOConfig:
         trl_how="every save_every x updates_per_batch optimiser steps; 0: the "
         "final adapter only",
     )
-    eval_limit: int = knob(
-        0,
-        "test questions to evaluate after training (0: none)",
-        at_least=0,
-        trl_how="refused when > 0: TRL does not run the series' eval",
-    )
     dataset: str = knob(
         "gsm8k",
         "gsm8k, or arithmetic (word problems in its format a 135M model can learn)",
@@ -590,6 +587,10 @@ class GRPOConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> GRPOConfig:
+        """A config from a saved ``config.json`` (or a record's settings). A knob
+        the series has retired (:data:`RETIRED_FIELDS`) is dropped; any other
+        unknown name is refused."""
+        values = {k: v for k, v in values.items() if k not in RETIRED_FIELDS}
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:

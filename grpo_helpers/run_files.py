@@ -40,7 +40,6 @@ RESUME_MUTABLE_FIELDS = (
     "run_dir",
     "swanlab",
     "swanlab_mode",
-    "eval_limit",
     "steps",
     "save_every",
 )

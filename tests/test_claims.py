@@ -390,7 +390,9 @@ def _count(phrase: str) -> int:
 
 def _accuracy(phrase: str) -> tuple[int, int, float]:
     """``"8% -> 38% (p = 1.4e-06)"`` -> (8, 38, 1.4e-06)."""
-    before, after, p = re.fullmatch(r"(\d+)% -> (\d+)% \(p = ([^)]+)\)", phrase).groups()
+    before, after, p = re.fullmatch(
+        r"(\d+)% -> (\d+)% \(p = ([^)]+)\)", phrase
+    ).groups()
     return int(before), int(after), float(p)
 
 
@@ -477,7 +479,8 @@ def test_notebook_09_says_what_the_records_show():
     learned, seeds = ablation_facts["baseline learned"].split(" seeds")[0].split(" of ")
     assert learned == seeds  # "on every seed"
     kl, base = (
-        float(ablation_facts[f"{v}: KL to base (k3)"]) for v in ("KL beta=0.2", "baseline")
+        float(ablation_facts[f"{v}: KL to base (k3)"])
+        for v in ("KL beta=0.2", "baseline")
     )
     assert kl < base / 2  # "far below the baseline's"
     assert all(d < 0 for d in _signed(ablation_facts["KL beta=0.2 exact per seed"]))
@@ -486,7 +489,9 @@ def test_notebook_09_says_what_the_records_show():
     assert k >= 0.9 * n  # "almost every step"
     low, high = (
         float(x)
-        for x in ablation_facts["sequence-mean: gradient norm / baseline's"].split(" to ")
+        for x in ablation_facts["sequence-mean: gradient norm / baseline's"].split(
+            " to "
+        )
     )
     assert high > 2 * low  # "changes from step to step"
     clip = {

@@ -156,7 +156,6 @@ CARRIED = {
     "swanlab_experiment_name",  # run_name, with swanlab on (checked below)
     "swanlab_mode",
     "backend",
-    "eval_limit",
     "dataset",
     "difficulty",
     "loss_fn",  # ppo and importance_sampling agree at mu = 1 (the oracle tests)
@@ -194,8 +193,11 @@ def test_each_setting_reaches_the_export_or_its_series_config(tmp_path):
             ["loss_fn", "normalization"],
         ),
         ({"measure_kl": True}, ["measure_kl"]),
-        ({"eval_limit": 100}, ["eval_limit"]),
-        ({"temperature": 0.0, "eval_limit": 5}, ["temperature", "eval_limit"]),
+        ({"dynamic_sampling": 2}, ["dynamic_sampling"]),
+        (
+            {"temperature": 0.0, "dynamic_sampling": 5},
+            ["temperature", "dynamic_sampling"],
+        ),
     ],
 )
 def test_a_setting_trl_cannot_express_is_refused_by_name(tmp_path, changes, fields):

@@ -34,9 +34,11 @@ def test_the_series_total_is_the_syllabus_added_up():
 
 
 def test_the_test_total_is_the_latest_measurement():
-    table = (ROOT / "docs" / "results.md").read_text().split(
-        "## How long the tests take"
-    )[1]
+    table = (
+        (ROOT / "docs" / "results.md")
+        .read_text()
+        .split("## How long the tests take")[1]
+    )
     runs = re.findall(r"^\| 20\d\d-\d\d-\d\d \|[^|]*\| (\d+) s \|", table, re.M)
     (quoted,) = re.findall(r"`make test` about (\d+) min", README)
     assert int(quoted) == round(int(runs[-1]) / 60), (quoted, runs[-1])

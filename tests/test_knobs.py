@@ -133,3 +133,18 @@ def test_every_float_knob_refuses_inf_and_nan_by_name(setting, value):
 def test_every_preset_is_a_valid_run(preset):
     run = {k: v for k, v in preset.items() if k not in presets.EVAL_KEYS}
     GRPOConfig(backend="local", **run)
+
+
+def test_a_retired_knob_in_a_saved_config_is_dropped_and_a_typo_refused():
+    """Issue 48: ``eval_limit`` was read by no loop and is gone; configs saved
+    before (recorded runs, run directories) still load, and any other unknown name
+    is still refused by name."""
+    from grpo_helpers.config import RETIRED_FIELDS
+
+    saved = GRPOConfig(backend="local").to_dict()
+    assert not set(RETIRED_FIELDS) & set(saved)
+    assert GRPOConfig.from_dict(saved | {"eval_limit": 0}) == GRPOConfig.from_dict(
+        saved
+    )
+    with pytest.raises(ValueError, match="Unknown GRPOConfig fields: eval_limt"):
+        GRPOConfig.from_dict(saved | {"eval_limt": 0})

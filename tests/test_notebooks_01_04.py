@@ -463,7 +463,7 @@ def test_03_exact_policy_gradient_is_the_derivative_of_j() -> None:
             )
 
 
-def test_03_a_baseline_keeps_the_mean_and_lowers_the_variance_only_near_j() -> None:
+def test_03_a_baseline_keeps_the_mean_and_lowers_the_variance_below_2_b_star() -> None:
     """Section 1's numbers: with b = J one sample's estimate varies about a third as
     much as with no baseline, with b = 10 about 200 times as much; the mean stays."""
     ns = taught("03_group_advantages")

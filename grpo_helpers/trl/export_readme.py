@@ -225,7 +225,7 @@ Refused, by name: `temperature` 0; `normalization='token_mean'` with
 `batch_size > 1` (TRL's token mean is over the batch, the series' over each group);
 `loss_fn='importance_sampling'` with `updates_per_batch > 1` (TRL always clips);
 `loss_fn='cispo'` unless `normalization='token_mean'`, `batch_size=1` and
-`updates_per_batch=1`; `measure_kl` without `kl_coef`; `eval_limit > 0`."""
+`updates_per_batch=1`; `measure_kl` without `kl_coef`; `dynamic_sampling > 0`."""
 
 
 def _this_run(config: GRPOConfig) -> str:

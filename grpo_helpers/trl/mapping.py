@@ -184,14 +184,6 @@ def refusals(config: GRPOConfig) -> list[tuple[str, str]]:
                 "dynamic_sampling=0",
             )
         )
-    if config.eval_limit > 0:
-        out.append(
-            (
-                "eval_limit",
-                "the series evaluates after training with its own sampler; TRL's "
-                "trainer has no such step. Export with eval_limit=0",
-            )
-        )
     return out
 
 
