@@ -45,6 +45,7 @@ CORE = (
     "provenance",
     "rewards",
     "rollout",
+    "run_checks",
     "run_files",
     "step_math",
     "tracking",

@@ -18,7 +18,7 @@ import pytest
 import torch
 from tiny import tiny
 
-from grpo_helpers import run_files, settings, training
+from grpo_helpers import run_checks, run_files, settings, training
 from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
@@ -640,19 +640,19 @@ def test_box_drift_speaks_only_when_the_box_falls_and_quotes_the_reward():
             "lenient_accuracy": [0.1] * 10 + [0.4] * 5,
         }
     )
-    text = run_files.box_drift(falling, "right_answer")
+    text = run_checks.box_drift(falling, "right_answer")
     assert "50%" in text and "5%" in text and "38% right without one" in text
     assert "pays 1 for a right answer in a box and 0.5 without" in text
-    assert "pays 1 for a right answer in a box and 0 without" in run_files.box_drift(
+    assert "pays 1 for a right answer in a box and 0 without" in run_checks.box_drift(
         falling, "binary"
     )
     steady = falling.assign(boxed_frac=[0.5] * steps)
-    assert run_files.box_drift(steady, "right_answer") is None
+    assert run_checks.box_drift(steady, "right_answer") is None
     rising = falling.assign(boxed_frac=falling["boxed_frac"][::-1].to_numpy())
-    assert run_files.box_drift(rising, "right_answer") is None
+    assert run_checks.box_drift(rising, "right_answer") is None
     # too short, or recorded before the columns existed: nothing to say
-    assert run_files.box_drift(falling.head(6), "right_answer") is None
-    assert run_files.box_drift(falling.drop(columns="boxed_frac"), "binary") is None
+    assert run_checks.box_drift(falling.head(6), "right_answer") is None
+    assert run_checks.box_drift(falling.drop(columns="boxed_frac"), "binary") is None
 
 
 def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
@@ -666,7 +666,7 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
             "frac_degenerate": [1.0] * 20 + [0.5] * 10,
         }
     )
-    text = run_files.stall_warning(waiting)
+    text = run_checks.stall_warning(waiting)
     assert text.startswith("This run may not have taken off: 7 of its 30 steps made ")
     assert "an update, 4 of its last 10, and 83% of its groups were degenerate" in text
     assert "last 10 steps 3% of the completions" in text
@@ -674,25 +674,25 @@ def test_stall_speaks_only_for_a_run_that_has_not_taken_off():
     samples = pd.DataFrame(
         {"step": [29] * 4, "text": ["\\boxed{3}"] * 3 + ["2 + 1 = 3. \\boxed{3}"]}
     )
-    with_samples = run_files.stall_warning(waiting, samples)
+    with_samples = run_checks.stall_warning(waiting, samples)
     assert "and 75% were a bare box such as `\\boxed{1}`" in with_samples
     # half the steps updated, or more than half of the last ten: not a stall
-    assert run_files.stall_warning(waiting.assign(updated=[False, True] * 15)) is None
+    assert run_checks.stall_warning(waiting.assign(updated=[False, True] * 15)) is None
     late = waiting.assign(updated=[False] * 24 + [True] * 6)
-    assert run_files.stall_warning(late) is None  # a run taking off late
-    assert run_files.stall_warning(waiting.assign(updated=[False] * 25 + [True] * 5))
+    assert run_checks.stall_warning(late) is None  # a run taking off late
+    assert run_checks.stall_warning(waiting.assign(updated=[False] * 25 + [True] * 5))
     # too short, or recorded before the columns existed: nothing to say
-    assert run_files.stall_warning(waiting.head(9)) is None
-    assert run_files.stall_warning(waiting.drop(columns="updated")) is None
+    assert run_checks.stall_warning(waiting.head(9)) is None
+    assert run_checks.stall_warning(waiting.drop(columns="updated")) is None
     # updates stored as 0/1 count the same; a missing value is no update
-    assert run_files.stall_warning(
+    assert run_checks.stall_warning(
         waiting.assign(updated=waiting["updated"].astype(int))
     )
     gaps = waiting.assign(updated=[float("nan")] * 16 + [1.0, 0.0] * 7)
-    assert "7 of its 30 steps" in run_files.stall_warning(gaps)
+    assert "7 of its 30 steps" in run_checks.stall_warning(gaps)
     # two runs in one frame are refused, not read as one
     with pytest.raises(ValueError, match="repeat a step"):
-        run_files.stall_warning(pd.concat([waiting, waiting]))
+        run_checks.stall_warning(pd.concat([waiting, waiting]))
 
 
 #: Final-split runs of notebook 05's defaults, each with its per-step metrics.
@@ -725,16 +725,16 @@ def test_bare_boxes_reads_the_last_steps_and_only_a_box_alone():
             ],
         }
     )
-    assert run_files.bare_boxes(samples, steps=5) == pytest.approx(0.5)
-    assert run_files.bare_boxes(samples, steps=10) == pytest.approx(4 / 6)
-    assert run_files.bare_boxes(pd.DataFrame()) is None
-    assert run_files.bare_boxes(samples.assign(step=float("nan"))) is None
-    assert run_files.bare_boxes(samples.drop(columns="text")) is None
+    assert run_checks.bare_boxes(samples, steps=5) == pytest.approx(0.5)
+    assert run_checks.bare_boxes(samples, steps=10) == pytest.approx(4 / 6)
+    assert run_checks.bare_boxes(pd.DataFrame()) is None
+    assert run_checks.bare_boxes(samples.assign(step=float("nan"))) is None
+    assert run_checks.bare_boxes(samples.drop(columns="text")) is None
 
 
 def bare_count(samples) -> int:
     """How many of ``samples``' completions are a bare box."""
-    return int(samples["text"].map(run_files.is_bare_box).sum())
+    return int(samples["text"].map(run_checks.is_bare_box).sum())
 
 
 def test_stall_quotes_what_the_recorded_stalls_did():
@@ -747,25 +747,25 @@ def test_stall_quotes_what_the_recorded_stalls_did():
 
     seed_2 = run_files.load_samples(RESUMED_RUNS / "notebook-seed2")
     stalled = [
-        run_files.bare_boxes(seed_2[seed_2["step"] < 30]),  # its first 30 steps
-        run_files.bare_boxes(run_files.load_samples(FINAL_RUNS / "notebook-seed9")),
+        run_checks.bare_boxes(seed_2[seed_2["step"] < 30]),  # its first 30 steps
+        run_checks.bare_boxes(run_files.load_samples(FINAL_RUNS / "notebook-seed9")),
     ]
-    assert " and ".join(f"{x:.1%}" for x in stalled) == run_files.STALLED_BARE
+    assert " and ".join(f"{x:.1%}" for x in stalled) == run_checks.STALLED_BARE
     learned, learned_seeds = [], []
     for path in sorted(FINAL_RUNS.glob("cpu_grpo_demo-notebook-seed[0-9]*.json")):
         result = json.loads(path.read_text())
         grades = [result["summary"][grade] for grade in ("exact", "lenient")]
         if all(g["after"] > g["before"] and g["p_value"] < 0.01 for g in grades):
             run = FINAL_RUNS / f"notebook-seed{result['seed']}"
-            learned.append(run_files.bare_boxes(run_files.load_samples(run)))
+            learned.append(run_checks.bare_boxes(run_files.load_samples(run)))
             learned_seeds.append(result["seed"])
     assert len(learned) >= 9
-    assert f"{max(learned):.1%}" == run_files.LEARNED_BARE
+    assert f"{max(learned):.1%}" == run_checks.LEARNED_BARE
     assert max(learned) < min(stalled)
-    text = run_files.stall_warning(
+    text = run_checks.stall_warning(
         run_files.load_metrics(FINAL_RUNS / "notebook-seed9")
     )
-    assert f"{run_files.STALLED_BARE} of the recorded completions" in text
+    assert f"{run_checks.STALLED_BARE} of the recorded completions" in text
     resumed = []
     for seed in (2, 9):
         result = json.loads(
@@ -775,8 +775,8 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         before, after = result["early"]["exact_acc"], result["trained"]["exact_acc"]
         assert after <= before + 0.01  # ten more steps bought nothing
         resumed.append(f"{before:.0%} -> {after:.0%}")
-    assert " and ".join(resumed) == run_files.RESUMED_GAINS
-    assert f"40: {run_files.RESUMED_GAINS})" in text
+    assert " and ".join(resumed) == run_checks.RESUMED_GAINS
+    assert f"40: {run_checks.RESUMED_GAINS})" in text
     # where the guessing came from: the rewarded completions of the first 30 steps
     rewarded = {}
     for seed in (2, 9):
@@ -806,8 +806,8 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         assert exact["p_value"] < 0.01 and lenient["p_value"] < 0.01
         assert exact["after"] > exact["before"] and lenient["after"] > lenient["before"]
         gains.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
-    assert " and ".join(gains) == run_files.GROUP16_GAINS
-    assert f"trained: {run_files.GROUP16_GAINS};" in text
+    assert " and ".join(gains) == run_checks.GROUP16_GAINS
+    assert f"trained: {run_checks.GROUP16_GAINS};" in text
     worked = []
     for seed in (2, 9):  # the same seeds from scratch with the worked_v2 reward
         result = json.loads(
@@ -819,16 +819,16 @@ def test_stall_quotes_what_the_recorded_stalls_did():
         exact, lenient = result["summary"]["exact"], result["summary"]["lenient"]
         assert exact["p_value"] < 0.01 and lenient["p_value"] < 0.01
         worked.append(f"{exact['before']:.0%} -> {exact['after']:.0%}")
-    assert " and ".join(worked) == run_files.WORKED_GAINS
-    assert f"validation questions: {run_files.WORKED_GAINS};" in text
+    assert " and ".join(worked) == run_checks.WORKED_GAINS
+    assert f"validation questions: {run_checks.WORKED_GAINS};" in text
     # a run that already trains on shown_work (or its earlier names) is not told
     # to switch
     metrics = pd.DataFrame(
         run_files.read_jsonl(WORKED_FINAL / "notebook-seed15/metrics.jsonl")
     )
-    assert 'reward = "shown_work"' in run_files.stall_warning(metrics, reward="binary")
+    assert 'reward = "shown_work"' in run_checks.stall_warning(metrics, reward="binary")
     for reward in ("shown_work", "worked", "worked_v2"):
-        assert "reward = " not in run_files.stall_warning(metrics, reward=reward)
+        assert "reward = " not in run_checks.stall_warning(metrics, reward=reward)
 
 
 def test_stall_warns_for_every_recorded_run_that_did_not_learn():
@@ -853,7 +853,7 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
             name = f"{prefix}{result['variant']} seed {result['seed']}"
             held_out = result["held_out"]
             gains[name] = held_out[-1]["exact"] - held_out[0]["exact"]
-            if run_files.stall_warning(pd.DataFrame(result["metrics"])) is not None:
+            if run_checks.stall_warning(pd.DataFrame(result["metrics"])) is not None:
                 flagged.add(name)
     for prefix, folder, count in (
         ("final", FINAL_RUNS, 10),
@@ -867,7 +867,7 @@ def test_stall_warns_for_every_recorded_run_that_did_not_learn():
             exact = result["summary"]["exact"]
             gains[name] = exact["after"] - exact["before"]
             metrics = run_files.load_metrics(folder / f"notebook-seed{result['seed']}")
-            if run_files.stall_warning(metrics) is not None:
+            if run_checks.stall_warning(metrics) is not None:
                 flagged.add(name)
     stalled = {name for name, gain in gains.items() if gain < 0.05}
     assert {"binary baseline seed 2", "final seed 9"} <= stalled
@@ -905,7 +905,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
     """bench/results/worked-final/README.md: the one seed that did not clear the
     bar made 4 updates, 12 of its 480 completions were right and boxed, 8 paid;
     three of the unpaid four used bracketed units; no bare boxes at the end; and
-    run_files.stall_warning speaks for seeds 14 and 15 only."""
+    run_checks.stall_warning speaks for seeds 14 and 15 only."""
     text = " ".join((WORKED_FINAL / "README.md").read_text().split())
     flagged, bracketed = set(), {}
     for seed in (12, 13, 14, 15, 16, 17):
@@ -917,7 +917,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
         right = every[every["exact"] == 1.0]
         unpaid = right[right["reward"] == 0.0]
         bracketed[seed] = sum(bool(BRACKETED.search(t)) for t in unpaid["text"])
-        if run_files.stall_warning(metrics, every) is not None:
+        if run_checks.stall_warning(metrics, every) is not None:
             flagged.add(seed)
         if seed == 15:
             assert (len(right), int((right["reward"] > 0).sum()), len(unpaid)) == (
@@ -925,7 +925,7 @@ def test_worked_final_readme_quotes_what_seed_15_did():
                 8,
                 4,
             )
-            assert run_files.bare_boxes(every) == 0.0
+            assert run_checks.bare_boxes(every) == 0.0
             paid_steps = sorted(set(right.loc[right["reward"] > 0, "step"]))
             assert (
                 ", ".join(map(str, paid_steps[:-1])) + f" and {paid_steps[-1]}" in text
@@ -968,7 +968,7 @@ def test_binary_same_seeds_readme_quotes_the_records():
     assert (bare_count(paid), len(paid)) == (11, 18)
     assert "11 of the 18 completions that binary paid" in text
     assert (
-        f"{run_files.bare_boxes(every):.0%} of its completions in the last ten" in text
+        f"{run_checks.bare_boxes(every):.0%} of its completions in the last ten" in text
     )
     pooled = recorded_runs.paired_flips(
         [WORKED_FINAL / f"notebook-seed{s}" for s in seeds],

@@ -36,6 +36,10 @@ another normalisation, the sign, no backward, no step, a plain gradient step, th
 gradients not zeroed between batches, Adam's settings not read), never the wanted
 numbers.
 
+The module stays whole (about 600 lines): the batch the learner gets, the two
+copies of the policy, the steps on each and the hints that compare them are one
+check, and each hint reads what the others computed.
+
 Introduced in: 04_datum_alignment.ipynb (exercise 4)
 """
 
