@@ -14,8 +14,8 @@ the reward and the evaluation are the same as on GSM8K.
 * :func:`make_arithmetic_splits`: a disjoint train and held-out pair of any size.
 
 :func:`grpo_helpers.data.load_split` gives a run its rows from here or from GSM8K.
-The two argument checks :func:`check_int` and :func:`check_choice` are shared with
-:mod:`grpo_helpers.data`, which imports this module.
+Its arguments are checked by :mod:`grpo_helpers.checks`, as :mod:`grpo_helpers.data`'s
+are.
 
 Introduced in: 01_gsm8k_dataset.ipynb
 """
@@ -28,30 +28,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from grpo_helpers.checks import check_choice, check_int
+
 __all__ = [
     "ARITHMETIC_ROWS",
     "DIFFICULTIES",
     "arithmetic_split",
-    "check_choice",
-    "check_int",
     "make_arithmetic_problems",
     "make_arithmetic_splits",
 ]
-
-
-def check_choice(name: str, value: object, valid: tuple[str, ...]) -> None:
-    """ValueError naming ``name``, the bad ``value`` and every valid one."""
-    if value not in valid:
-        raise ValueError(
-            f"Unknown {name} {value!r}; valid: " + ", ".join(repr(v) for v in valid)
-        )
-
-
-def check_int(name: str, value: object, minimum: int) -> int:
-    """``value`` when it is an integer >= ``minimum`` (not a bool), else ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    return value
 
 
 _PEOPLE = (

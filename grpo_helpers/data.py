@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from grpo_helpers.arithmetic import arithmetic_split, check_choice, check_int
+from grpo_helpers.arithmetic import arithmetic_split
+from grpo_helpers.checks import check_choice, check_int
 from grpo_helpers.settings import SETTINGS
 
 if TYPE_CHECKING:

@@ -35,6 +35,7 @@ BASE = ("settings", "atomic_write")
 CORE = (
     "advantages",
     "arithmetic",
+    "checks",
     "config",
     "data",
     "datum",
