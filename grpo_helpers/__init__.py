@@ -35,11 +35,10 @@ local engine. Three wings serve others and import the core, never the other way:
 has every module.
 
 Import a module and call through it (``from grpo_helpers import rewards``, then
-``rewards.grade_answer(...)``; ``from grpo_helpers.results import stats``), or take
-the most used functions from the top level. Importing the package imports none of
-its modules (they load on first use), so the local engine (``grpo_helpers.local``)
-loads the environment's settings and never the rewards or the prompts; nor does it
-import torch or transformers.
+``rewards.grade_answer(...)``; ``from grpo_helpers.results import stats``).
+Importing the package imports none of its modules (they load on first use), so
+the local engine (``grpo_helpers.local``) loads the environment's settings and never
+the rewards or the prompts; nor does it import torch or transformers.
 
 Introduced in: 01_gsm8k_dataset.ipynb
 """
@@ -50,29 +49,14 @@ import importlib
 from types import ModuleType
 from typing import Any
 
-#: The most used functions, by the module that defines them: loaded on first use.
-_SHORTCUTS = {
-    "RolloutSample": "datum",
-    "build_grpo_datum": "datum",
-    "build_prompt": "prompts",
-    "extract_boxed": "rewards",
-    "extract_gsm8k_answer": "data",
-    "grade_answer": "rewards",
-    "group_advantages": "advantages",
-    "load_gsm8k": "data",
-    "shaped_reward": "rewards",
-}
 _MODULES = ("advantages", "data", "datum", "prompts", "rewards")
 
-__all__ = sorted([*_MODULES, *_SHORTCUTS])
+__all__ = sorted(_MODULES)
 
 
 def __getattr__(name: str) -> Any:
-    """A core module, or one of its most used functions, imported on first use."""
+    """A core module, imported on first use."""
     if name in _MODULES:
         module: ModuleType = importlib.import_module(f"{__name__}.{name}")
         return module
-    if name in _SHORTCUTS:
-        module = importlib.import_module(f"{__name__}.{_SHORTCUTS[name]}")
-        return getattr(module, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

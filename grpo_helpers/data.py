@@ -51,7 +51,6 @@ __all__ = [
     "get_num_steps",
     "load_gsm8k",
     "load_split",
-    "pick_batch",
 ]
 
 #: Where the bundled copy lives: ``<project root>/data/gsm8k``.
@@ -349,42 +348,10 @@ def get_num_steps(dataset: Dataset, steps: int, batch_size: int, all_data: bool)
     return check_int("steps", steps, 0)
 
 
-def pick_batch(dataset: Dataset, step: int, batch_size: int, all_data: bool) -> Dataset:
-    """The rows of one training step.
-
-    Step ``s`` takes rows ``s*batch_size`` onwards. Normally the indices wrap around
-    the end of the dataset, so any number of steps works and every batch is full.
-    With ``all_data`` there is no wrap-around: each row is used at most once and the
-    last batch may be short.
-
-    Args:
-        dataset: the training rows (at least one).
-        step: the step number, >= 0.
-        batch_size: prompts per step, >= 1.
-        all_data: one pass over the data (see :func:`get_num_steps`).
-
-    Returns:
-        A ``Dataset`` of ``batch_size`` rows (fewer on the last one-pass step).
-
-    Raises:
-        ValueError: bad ``step``/``batch_size``, an empty dataset, or (with
-            ``all_data``) a step past the end of the pass.
-
-    Introduced in: 01_gsm8k_dataset.ipynb
-
-    Example:
-        >>> from datasets import Dataset
-        >>> rows = Dataset.from_dict({"question": list("abcde")})
-        >>> list(pick_batch(rows, 2, 2, all_data=False)["question"])
-        ['e', 'a']
-        >>> list(pick_batch(rows, 2, 2, all_data=True)["question"])
-        ['e']
-    """
-    return dataset.select(batch_indices(len(dataset), step, batch_size, all_data))
-
-
 def batch_indices(size: int, step: int, batch_size: int, all_data: bool) -> list[int]:
-    """The row indices :func:`pick_batch` takes at ``step`` from ``size`` rows.
+    """The row indices of step ``step``'s batch of ``batch_size`` among ``size``
+    rows: from ``step * batch_size`` on, wrapping around the end (with
+    ``all_data``, one pass: no wrap-around, the last batch may be short).
 
     Example:
         >>> batch_indices(5, 2, 2, all_data=False), batch_indices(5, 2, 2, True)

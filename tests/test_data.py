@@ -25,10 +25,10 @@ from grpo_helpers.arithmetic import (
 from grpo_helpers.data import (
     BUNDLED_DIR,
     GSM8KIntegrityError,
+    batch_indices,
     extract_gsm8k_answer,
     get_num_steps,
     load_gsm8k,
-    pick_batch,
 )
 from grpo_helpers.rewards import parse_number
 
@@ -305,43 +305,46 @@ def test_extract_gsm8k_answer_missing(text: str) -> None:
     assert repr(text) in str(error.value)
 
 
-# --- pick_batch / get_num_steps -----------------------------------------------
+# --- batch_indices / get_num_steps -----------------------------------------------
 
 
 def _rows(n: int) -> Dataset:
     return Dataset.from_dict({"question": [f"q{i}" for i in range(n)]})
 
 
-def test_pick_batch_wraps_around() -> None:
-    rows = _rows(5)
-    assert list(pick_batch(rows, 0, 2, False)["question"]) == ["q0", "q1"]
-    assert list(pick_batch(rows, 2, 2, False)["question"]) == ["q4", "q0"]
-    assert list(pick_batch(rows, 7, 3, False)["question"]) == ["q1", "q2", "q3"]
+def _pick(rows, step, batch_size, all_data):
+    """The rows of a step, as the loops take them (``_Run.batch``)."""
+    return rows.select(batch_indices(len(rows), step, batch_size, all_data))
+
+
+def test_batch_indices_wrap_around() -> None:
+    assert batch_indices(5, 0, 2, False) == [0, 1]
+    assert batch_indices(5, 2, 2, False) == [4, 0]
+    assert batch_indices(5, 7, 3, False) == [1, 2, 3]
     # a batch bigger than the data wraps around inside the batch
-    assert len(pick_batch(rows, 0, 12, False)) == 12
+    assert len(batch_indices(5, 0, 12, False)) == 12
 
 
-def test_pick_batch_all_data_one_pass() -> None:
+def test_batch_indices_all_data_one_pass() -> None:
     rows = _rows(5)
     assert get_num_steps(rows, 100, 2, True) == 3
-    batches = [list(pick_batch(rows, s, 2, True)["question"]) for s in range(3)]
-    assert batches == [["q0", "q1"], ["q2", "q3"], ["q4"]]
+    assert [batch_indices(5, s, 2, True) for s in range(3)] == [[0, 1], [2, 3], [4]]
     with pytest.raises(ValueError, match="past one pass"):
-        pick_batch(rows, 3, 2, True)
+        batch_indices(5, 3, 2, True)
 
 
 @pytest.mark.parametrize(
     ("step", "batch_size", "message"),
     [(-1, 2, "step"), (0, 0, "batch_size"), (0, -3, "batch_size"), (1.0, 2, "step")],
 )
-def test_pick_batch_validation(step: object, batch_size: object, message: str) -> None:
+def test_batch_validation(step: object, batch_size: object, message: str) -> None:
     with pytest.raises(ValueError, match=message):
-        pick_batch(_rows(3), step, batch_size, False)  # type: ignore[arg-type]
+        _pick(_rows(3), step, batch_size, False)  # type: ignore[arg-type]
 
 
-def test_pick_batch_empty_dataset() -> None:
+def test_batch_of_an_empty_dataset() -> None:
     with pytest.raises(ValueError, match="empty dataset"):
-        pick_batch(_rows(0), 0, 1, False)
+        _pick(_rows(0), 0, 1, False)
 
 
 def test_get_num_steps() -> None:
@@ -364,7 +367,7 @@ def test_all_data_covers_each_row_exactly_once(n: int, batch_size: int) -> None:
     seen: list[str] = []
     n_steps = get_num_steps(rows, 999, batch_size, True)
     for step in range(n_steps):
-        batch = list(pick_batch(rows, step, batch_size, True)["question"])
+        batch = list(_pick(rows, step, batch_size, True)["question"])
         assert 1 <= len(batch) <= batch_size
         seen += batch
     assert seen == list(rows["question"])
@@ -375,7 +378,7 @@ def test_all_data_covers_each_row_exactly_once(n: int, batch_size: int) -> None:
 def test_wrap_around_batches_are_full_and_consecutive(
     n: int, step: int, batch_size: int
 ) -> None:
-    batch = list(pick_batch(_rows(n), step, batch_size, False)["question"])
+    batch = list(_pick(_rows(n), step, batch_size, False)["question"])
     expected = [f"q{(step * batch_size + k) % n}" for k in range(batch_size)]
     assert batch == expected
 

@@ -488,14 +488,8 @@ class MergedLlamaDecoder:
         tensors += [t for layer in self.layers for t in (layer.gate_up, layer.down)]
         return [*tensors, self.head]
 
-    def packed_nbytes(self) -> int:
-        """Bytes of the packed copies (:meth:`prepare`): about the merged copy's
-        size while a row count is packed, 0 otherwise."""
-        return sum(t.numel() * t.element_size() for t in self._packed.values())
-
     def nbytes(self) -> int:
-        """Bytes of the merged copy this decoder holds (packed copies: see
-        :meth:`packed_nbytes`)."""
+        """Bytes of the merged copy this decoder holds (its packed copies aside)."""
         tensors = self.weights()[:-1]
         if self._head_buffer is not None:
             tensors.append(self._head_buffer)

@@ -58,7 +58,6 @@ __all__ = [
     "say",
     "seed_summary",
     "seed_level_table",
-    "seed_summary_line",
     "seed_table",
     "shaped_facts",
 ]
@@ -495,21 +494,6 @@ def seed_summary(
         "low": low,
         "high": high,
     }
-
-
-def seed_summary_line(results: Sequence[Mapping[str, Any]]) -> str:
-    """:func:`seed_summary` in words, for both grades."""
-    parts = []
-    for grade in ("exact", "lenient"):
-        s = seed_summary(results, grade)
-        parts.append(
-            f"{grade} {_points(s['mean'])} points [{_points(s['low'])}, "
-            f"{_points(s['high'])}]"
-        )
-    n = len(results)
-    return f"mean gain over {n} seeds, with a 95% t-interval over seeds: " + (
-        " and ".join(parts)
-    )
 
 
 def seed_level_table(results: Sequence[Mapping[str, Any]], grade: str = "exact") -> str:

@@ -393,27 +393,6 @@ def check_run(run: RecordedRun) -> list[str]:
     return problems
 
 
-def runs_table(runs: Sequence[RecordedRun]) -> pd.DataFrame:
-    """One row per recorded run: exact and lenient before -> after, p-values."""
-    rows = []
-    for run in runs:
-        s = run.summary()
-        rows.append(
-            {
-                "run": run.path.name,
-                "seed": run.meta["settings"].get("seed"),
-                "n": s["n"],
-                "exact before": s["exact"]["before"],
-                "exact after": s["exact"]["after"],
-                "exact p": s["exact"]["p_value"],
-                "lenient before": s["lenient"]["before"],
-                "lenient after": s["lenient"]["after"],
-                "lenient p": s["lenient"]["p_value"],
-            }
-        )
-    return pd.DataFrame(rows)
-
-
 __all__ = [
     "DEFAULT_RUN",
     "REFERENCE_DIR",
@@ -424,7 +403,6 @@ __all__ = [
     "load_band",
     "load_run",
     "relative_paths",
-    "runs_table",
     "summarize_records",
     "write_run",
 ]

@@ -33,7 +33,6 @@ __all__ = [
     "LOSS_TYPES",
     "TRL_VERSION",
     "ExportRefused",
-    "field_names",
     "field_rules",
     "loss_scale",
     "refusals",
@@ -465,11 +464,6 @@ def trl_missing() -> str | None:
     if importlib.util.find_spec("trl") is None:
         return f"TRL is not installed: {INSTALL_HINT}"
     return None
-
-
-def field_names() -> list[str]:
-    """The fields of the series' ``GRPOConfig``, in order."""
-    return [f.name for f in knobs()]
 
 
 def trl_version() -> str | None:
