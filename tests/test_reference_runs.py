@@ -262,6 +262,7 @@ def test_the_recorded_ablation_is_todays_baseline_with_one_change_per_run():
         v for v in ablation.VARIANTS if v in table["variant"].values and v != "baseline"
     ]
     # small enough to ship: about 39 kB per run (its per-step metrics and the
-    # per-question grades); 7 variants x 4 seeds would be about 1.1 MB
+    # per-question grades; a dynamic-sampling run has a third scored point); the
+    # 9 variants x 5 seeds are about 1.8 MB
     size = sum(p.stat().st_size for p in ablation.ABLATION_DIR.iterdir())
-    assert size / len(results) < 45_000 and size < 1_500_000
+    assert size / len(results) < 45_000 and size < 2_200_000
