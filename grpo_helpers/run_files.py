@@ -38,6 +38,7 @@ RESUME_MUTABLE_FIELDS = (
     "run_dir",
     "swanlab",
     "swanlab_mode",
+    "trackio",
     "steps",
     "save_every",
 )

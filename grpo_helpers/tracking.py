@@ -1,12 +1,20 @@
-"""Experiment tracking with SwanLab, as the tutorial's demo scripts do, offline.
+"""Experiment tracking with SwanLab, as the tutorial's demo scripts do, or trackio,
+offline either way.
 
 The demo scripts log to SwanLab (``--swanlab --swanlab-project
---swanlab-experiment-name``). Here the same flags (and the notebooks' ``swanlab``
-parameter) log every metric of a run, with no account and no network: in
+--swanlab-experiment-name``). Here the same flags (and the notebooks' ``tracker =
+"swanlab"``) log every metric of a run, with no account and no network: in
 ``offline`` mode (the default) SwanLab writes its log under ``<run_dir>/swanlog``;
 ``local`` mode adds a dashboard (``pip install 'swanlab[dashboard]==0.10.3'``,
 then ``swanlab watch runs/<name>/swanlog``); ``online`` needs ``swanlab login``.
 The run directory's ``metrics.jsonl`` holds the same numbers either way.
+
+trackio (``trackio=True``; the notebooks' ``tracker = "trackio"``) is Hugging
+Face's local-first tracker, the one TRL's ``report_to="trackio"`` feeds: every run
+of the series goes into one SQLite store, ``runs/trackio`` (``TRACKIO_DIR``), as a
+run of the project ``grpo-notebooks`` named by its ``weights_name``; ``trackio show
+--project grpo-notebooks`` (with ``TRACKIO_DIR=runs/trackio``) opens its dashboard
+on this machine.
 
 Introduced in: 05_sync_training_loop.ipynb
 """
@@ -44,6 +52,62 @@ def loggable(row: Mapping[str, Any]) -> dict[str, float]:
         if math.isfinite(number):
             out[key] = number
     return out
+
+
+TRACKIO_PROJECT = "grpo-notebooks"
+TRACKIO_HINT = (
+    "Install it with `pip install -e '.[trackio]'` (trackio 0.43.0; `make "
+    "setup-all` does), or leave it off (trackio=False, the default)."
+)
+#: The notebooks' ``tracker`` parameter: what each choice turns on.
+TRACKERS = {
+    "none": {"swanlab": False, "trackio": False},
+    "swanlab": {"swanlab": True, "trackio": False},
+    "trackio": {"swanlab": False, "trackio": True},
+}
+
+
+def tracker_settings(tracker: str) -> dict[str, bool]:
+    """The ``GRPOConfig`` settings of a notebook's ``tracker`` parameter.
+
+    Example::
+
+        >>> tracker_settings("trackio")
+        {'swanlab': False, 'trackio': True}
+    """
+    if tracker not in TRACKERS:
+        raise ValueError(
+            f"unknown tracker {tracker!r}; choose one of {', '.join(TRACKERS)}"
+        )
+    return dict(TRACKERS[tracker])
+
+
+def start_trackio(*, name: str, config: Mapping[str, Any], directory: Path) -> Any:
+    """``trackio.init`` for one run of the project :data:`TRACKIO_PROJECT`, stored
+    under ``directory`` unless ``TRACKIO_DIR`` says otherwise (trackio reads it once,
+    when it is first imported: the first run of a process chooses for all of them).
+    No dashboard is started and nothing leaves the machine.
+
+    Raises:
+        ImportError: trackio is not installed; the message says how to install it.
+    """
+    import os
+
+    os.environ.setdefault("TRACKIO_DIR", str(directory))
+    try:
+        import trackio
+    except ImportError:
+        raise ImportError(
+            f"trackio=True but the trackio package is not installed. {TRACKIO_HINT}"
+        ) from None
+    return trackio.init(
+        project=TRACKIO_PROJECT,
+        name=name,
+        config=dict(config),
+        embed=False,
+        auto_log_cpu=False,
+        auto_log_gpu=False,
+    )
 
 
 def start_swanlab(
@@ -112,4 +176,12 @@ def read_swanlab(log_dir: str | Path) -> pd.DataFrame:
     )
 
 
-__all__ = ["INSTALL_HINT", "loggable", "read_swanlab", "start_swanlab"]
+__all__ = [
+    "INSTALL_HINT",
+    "TRACKERS",
+    "loggable",
+    "read_swanlab",
+    "start_swanlab",
+    "start_trackio",
+    "tracker_settings",
+]

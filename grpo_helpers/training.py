@@ -51,6 +51,7 @@ from grpo_helpers.rollout import (
     run_rollout_group_async,
 )
 from grpo_helpers.run_files import TOKEN_COUNTERS, RunDirectory
+from grpo_helpers.settings import SETTINGS
 from grpo_helpers.step_math import (
     PromptGroup,
     build_step_datums,
@@ -100,6 +101,15 @@ class _Run:
         # it was (SwanLab, below, writes its log there).
         self.run = RunDirectory(config, resume=resume, overwrite=overwrite)
         self.swanlab_run = _init_swanlab(config)
+        self.trackio_run = (
+            tracking.start_trackio(
+                name=config.weights_name,
+                config=config.to_dict(),
+                directory=SETTINGS.runs_root / "trackio",
+            )
+            if config.trackio
+            else None
+        )
         self.train_data = load_split(config, "train")
         self.num_steps = get_num_steps(
             self.train_data, config.steps, config.batch_size, config.all_data
@@ -277,6 +287,8 @@ class _Run:
             import swanlab
 
             swanlab.log(tracking.loggable(row), step=step)
+        if self.trackio_run is not None:
+            self.trackio_run.log(tracking.loggable(row), step=step)
         if self.on_step is not None:
             self.on_step(pd.DataFrame(self.run.metrics))
 
@@ -301,6 +313,8 @@ class _Run:
             )
         if self.swanlab_run is not None:
             self.swanlab_run.finish()
+        if self.trackio_run is not None:
+            self.trackio_run.finish()
         close = getattr(self.training_client, "close", None)
         if callable(close):
             close()

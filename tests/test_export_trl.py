@@ -136,6 +136,7 @@ CHANGES = {
     "advantage_scale": "group",
     "weights_name": "other",
     "swanlab": True,
+    "trackio": True,
     "run_dir": "elsewhere",
     "save_every": 2,
     "updates_per_batch": 2,

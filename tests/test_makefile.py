@@ -76,7 +76,7 @@ def test_setup_installs_with_a_pinned_uv_and_the_same_extras(tmp_path):
     constrained by the lock."""
     for target, extras in (
         ("setup", "'.[local]'"),
-        ("setup-all", "'.[local,dev,swanlab,course,trl]'"),
+        ("setup-all", "'.[local,dev,swanlab,trackio,course,trl]'"),
     ):
         lines = dry_run(tmp_path, target=target)
         assert re.search(r"-m pip install .*uv==\d+\.\d+\.\d+", lines[0]), lines

@@ -105,3 +105,54 @@ def test_without_swanlab_the_error_says_what_to_do(monkeypatch):
         )
     message = str(info.value)
     assert "pip install -e '.[swanlab]'" in message and "swanlab=False" in message
+
+
+def read_trackio(run_name: str) -> list[dict]:
+    """The steps trackio stored for ``run_name`` (its SQLite store, read here)."""
+    import json
+    import sqlite3
+
+    import trackio.utils
+
+    path = Path(trackio.utils.TRACKIO_DIR) / f"{tracking.TRACKIO_PROJECT}.db"
+    with sqlite3.connect(path) as db:
+        rows = db.execute(
+            "SELECT step, metrics FROM metrics WHERE run_name = ? ORDER BY step",
+            (run_name,),
+        ).fetchall()
+    return [{"step": step, **json.loads(values)} for step, values in rows]
+
+
+def test_a_run_logs_to_trackio_locally_and_reads_back(tmp_path, monkeypatch):
+    """Issue 46: trackio beside SwanLab, offline: the steps it stored equal the
+    run's metrics.jsonl, under the project grpo-notebooks and the run's name, in
+    the series' store (``runs/trackio``), never the user's cache."""
+    import os
+
+    monkeypatch.chdir(tmp_path)
+    name = f"trackio-{tmp_path.name}"
+    config = GRPOConfig(
+        **tiny(), trackio=True, weights_name=name, run_dir=str(tmp_path / "run")
+    )
+    result = training.train_sync(config, progress=False)
+    import trackio.utils
+
+    store = Path(trackio.utils.TRACKIO_DIR)
+    if "TRACKIO_DIR" not in os.environ or os.environ["TRACKIO_DIR"] == str(store):
+        assert "huggingface" not in str(store)
+    logged = read_trackio(name)
+    assert [row["step"] for row in logged] == [0, 1]
+    metrics = result.metrics
+    for key in ("reward_mean", "accuracy", "frac_degenerate", "sampled_tokens"):
+        for row in logged:
+            want = float(metrics.loc[metrics["step"] == row["step"], key].iloc[0])
+            assert math.isclose(row[key], want, rel_tol=1e-6), (key, row["step"])
+    assert "kl_k1" not in logged[0]  # NaN metrics are not sent
+
+
+def test_the_notebooks_tracker_parameter_picks_one_or_none():
+    assert tracking.tracker_settings("none") == {"swanlab": False, "trackio": False}
+    assert tracking.tracker_settings("swanlab")["swanlab"] is True
+    assert tracking.tracker_settings("trackio")["trackio"] is True
+    with pytest.raises(ValueError, match="unknown tracker 'wandb'; choose one of"):
+        tracking.tracker_settings("wandb")

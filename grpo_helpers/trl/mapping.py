@@ -294,7 +294,12 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
         "reward_weights": [1.0] + [0.0] * (len(reward_names(config)) - 1),
         # logging and saving
         "logging_steps": 1,
-        "report_to": ["swanlab"] if config.swanlab else "none",
+        "report_to": [
+            name
+            for name, on in (("swanlab", config.swanlab), ("trackio", config.trackio))
+            if on
+        ]
+        or "none",
         "save_strategy": "steps" if config.save_every > 0 else "no",
     }
     if config.save_every > 0:
