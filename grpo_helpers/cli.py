@@ -23,8 +23,14 @@ from pathlib import Path
 
 from pytrio import PyTrioError
 
-from grpo_helpers.config import MODES, GRPOConfig, add_arguments, from_arguments, knobs
-from grpo_helpers.data import RUN_SPLITS
+from grpo_helpers.config import (
+    MODES,
+    EvalConfig,
+    GRPOConfig,
+    add_arguments,
+    from_arguments,
+    knobs,
+)
 from grpo_helpers.settings import SETTINGS
 
 
@@ -238,6 +244,20 @@ def cmd_export(args: argparse.Namespace) -> int:
     return 0
 
 
+#: ``eval``'s flags of a run (which model and data) and of ``EvalConfig`` (how it
+#: is scored; GSM8K's own test set is ``--dataset gsm8k``, so ``gsm8k_*`` are not
+#: flags here).
+EVAL_RUN_FLAGS = ("base_model", "backend", "dataset", "difficulty", "seed")
+EVAL_FLAGS = (
+    "split",
+    "eval_questions",
+    "eval_max_tokens",
+    "temperature",
+    "num_samples",
+    "concurrency",
+)
+
+
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
@@ -246,22 +266,14 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
         "checkpoint on the same questions: exact and lenient accuracy with 95%% "
         "Wilson intervals, the difference and McNemar's p-value.",
     )
-    p.add_argument("--limit", type=int, default=100, help="first N questions")
     p.add_argument("--checkpoint-path", default=None, help="weights path to compare")
     add_arguments(
         p,
-        only=("base_model", "backend", "dataset", "difficulty", "seed"),
+        only=EVAL_RUN_FLAGS,
         defaults={"dataset": "gsm8k"},
     )
-    p.add_argument(
-        "--split",
-        choices=RUN_SPLITS,
-        default="test",
-        help="test (final, reported), validation (arithmetic only: tuning) or train",
-    )
-    p.add_argument("--temperature", type=float, default=0.0)
-    p.add_argument("--max-tokens", type=int, default=512)
-    p.add_argument("--concurrency", type=int, default=8)
+    # The evaluation's settings, from EvalConfig's fields.
+    add_arguments(p, EvalConfig, only=EVAL_FLAGS)
     p.add_argument("--out", default=None, help="records file (.jsonl or .csv)")
 
 
@@ -271,8 +283,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from grpo_helpers.engines import connect
     from grpo_helpers.results import evaluation, report
 
-    if args.limit < 1:
-        raise ValueError(f"--limit must be >= 1, got {args.limit}")
+    settings = EvalConfig(**{name: getattr(args, name) for name in EVAL_FLAGS})
     config = GRPOConfig(
         base_model=args.base_model,
         backend=args.backend,
@@ -280,14 +291,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
         difficulty=args.difficulty,
         seed=args.seed,
     )
-    rows = load_split(config, args.split)
-    rows = rows.select(range(min(args.limit, len(rows))))
+    rows = load_split(config, settings.split)
+    rows = rows.select(range(min(settings.eval_questions, len(rows))))
     service = connect(args.backend)
-    kwargs = {
-        "temperature": args.temperature,
-        "max_tokens": args.max_tokens,
-        "concurrency": args.concurrency,
-    }
+    kwargs = {"config": settings}
     samplers = {"base": service.create_sampling_client(base_model=config.model_name)}
     if args.checkpoint_path:
         samplers["checkpoint"] = service.create_sampling_client(
@@ -302,8 +309,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     if len(results) == 2:
         comparison = report.compare(results[0], results[1], "exact")
     print(
-        f"{config.model_name} on {args.dataset} {args.split}[:{len(rows)}], "
-        f"temperature {args.temperature}, max_tokens {args.max_tokens}"
+        f"{config.model_name} on {args.dataset} {settings.split}[:{len(rows)}], "
+        f"temperature {settings.temperature}, max_tokens {settings.eval_max_tokens}"
     )
     print(report.format_results_table(results, comparison))
     if comparison is not None:

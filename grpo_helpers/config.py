@@ -36,11 +36,12 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.advantages import ADVANTAGE_SCALES, NORMALIZATIONS
-from grpo_helpers.data import DATASETS
+from grpo_helpers.data import DATASETS, RUN_SPLITS
 from grpo_helpers.rewards import EARLIER_REWARDS, REWARD_FUNCTIONS
 from grpo_helpers.settings import BACKENDS, DEFAULT_BASE_MODELS, SETTINGS
 
 __all__ = [
+    "EvalConfig",
     "LOSS_FNS",
     "MODES",
     "GRPOConfig",
@@ -507,11 +508,7 @@ class GRPOConfig:
     def validate(self) -> None:
         """Raise ``ValueError`` naming each bad field, its value and what is allowed
         (every rule is the field's :class:`Knob`)."""
-        errors = [
-            problem
-            for f in knobs(type(self))
-            if (problem := _problem(f, getattr(self, f.name))) is not None
-        ]
+        errors = field_problems(self)
         errors += self._combination_problems() if not errors else []
         if errors:
             raise ValueError("Bad GRPO configuration: " + "; ".join(errors))
@@ -603,6 +600,73 @@ class GRPOConfig:
         if unknown:
             raise ValueError(f"Unknown {cls.__name__} fields: {', '.join(unknown)}")
         return cls(**values)
+
+
+def field_problems(config: Any) -> list[str]:
+    """What is wrong with each field of a config dataclass, by its :class:`Knob`
+    (the one validation of :class:`GRPOConfig` and :class:`EvalConfig`)."""
+    return [
+        problem
+        for f in knobs(type(config))
+        if (problem := _problem(f, getattr(config, f.name))) is not None
+    ]
+
+
+@dataclass
+class EvalConfig:
+    """How a model is scored: the split, how many questions, the sampling of each
+    answer; each setting written once, as :class:`GRPOConfig`'s knobs are.
+
+    ``python -m grpo_helpers eval`` takes its flags from these fields
+    (:func:`add_arguments`), the presets' evaluation parts are its fields
+    (``presets.NOTEBOOK_EVAL``...), and ``results.evaluation.evaluate`` takes one
+    (``config=``) or its values as keywords.
+
+    Example::
+
+        >>> EvalConfig(eval_questions=20).eval_max_tokens
+        512
+        >>> EvalConfig(eval_questions=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: Bad evaluation settings: eval_questions must be >= 1, got 0
+
+    Introduced in: 07_evaluating_a_trained_model.ipynb
+    """
+
+    split: str = knob(
+        "test",
+        "the split scored: test (final, reported), validation (arithmetic only: "
+        "tuning) or train",
+        choices=RUN_SPLITS,
+    )
+    eval_questions: int = knob(
+        100, "how many questions: the first N of the split", at_least=1
+    )
+    eval_max_tokens: int = knob(
+        512, "most tokens per answer (the series' arithmetic track: 64)", at_least=1
+    )
+    gsm8k_questions: int = knob(
+        100, "GSM8K test questions also scored (notebook 08; 0: none)", at_least=0
+    )
+    gsm8k_max_tokens: int = knob(
+        128, "most tokens per GSM8K answer (0 with no GSM8K questions)", at_least=0
+    )
+    temperature: float = knob(0.0, "sampling temperature (0: greedy)", at_least=0)
+    num_samples: int = knob(
+        1, "answers per question (pass@k and maj@k with k > 1)", at_least=1
+    )
+    concurrency: int = knob(
+        8, "requests in flight at once (speed only, not the score)", at_least=1
+    )
+
+    def __post_init__(self) -> None:
+        errors = field_problems(self)
+        if errors:
+            raise ValueError("Bad evaluation settings: " + "; ".join(errors))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def _kind(f: Field) -> tuple[str, bool]:

@@ -20,8 +20,10 @@ Introduced in: 05_sync_training_loop.ipynb
 
 from __future__ import annotations
 
+from dataclasses import fields
 from typing import Any
 
+from grpo_helpers.config import EvalConfig, knobs
 from grpo_helpers.settings import FAST, SMOLLM2
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "NOTEBOOK_EVAL",
     "PYTRIO",
     "backend_overrides",
+    "eval_part",
     "notebook_eval",
     "notebook_run",
 ]
@@ -109,13 +112,11 @@ PYTRIO: dict[str, Any] = {
 #: What a notebook's ``backend`` parameter changes: nothing on the local engine,
 #: the article's settings on PyTRIO.
 BACKEND_PRESETS: dict[str, dict[str, Any]] = {"local": {}, "pytrio": PYTRIO}
-#: Keys of the presets that say how a run is scored, not how it trains.
-EVAL_KEYS = (
-    "split",
-    "eval_questions",
-    "eval_max_tokens",
-    "gsm8k_questions",
-    "gsm8k_max_tokens",
+#: Keys of the presets that say how a run is scored, not how it trains: the
+#: fields of ``EvalConfig`` that are not a run's (``temperature`` is both, and in a
+#: run preset it is the run's).
+EVAL_KEYS = tuple(
+    f.name for f in fields(EvalConfig) if f.name not in {g.name for g in knobs()}
 )
 
 
@@ -162,9 +163,23 @@ def notebook_run(fast: bool | None = None) -> dict[str, Any]:
 
 
 def notebook_eval(fast: bool | None = None) -> dict[str, Any]:
-    """How notebook 07 scores a run (:data:`NOTEBOOK_EVAL`), smaller in fast mode."""
+    """How notebook 07 scores a run (:data:`NOTEBOOK_EVAL`), smaller in fast mode;
+    valid ``EvalConfig`` fields (checked)."""
     fast = FAST if fast is None else fast
-    return {**NOTEBOOK_EVAL, **(FAST_EVAL if fast else {})}
+    values = {**NOTEBOOK_EVAL, **(FAST_EVAL if fast else {})}
+    EvalConfig(**values)  # each value within its knob's range
+    return values
+
+
+def eval_part(preset: dict[str, Any]) -> EvalConfig:
+    """The evaluation settings of a preset (its :data:`EVAL_KEYS`) as an
+    ``EvalConfig``, checked by its knobs.
+
+    Example:
+        >>> eval_part(PYTRIO).eval_max_tokens
+        512
+    """
+    return EvalConfig(**{k: v for k, v in preset.items() if k in EVAL_KEYS})
 
 
 #: The local engine on one GPU: Qwen2.5-0.5B-Instruct on GSM8K itself. NOT YET

@@ -18,6 +18,9 @@ step's metrics are :mod:`grpo_helpers.step_math`'s; both loops write the same ru
 directory (:mod:`grpo_helpers.run_files`) and load their rows with
 :func:`grpo_helpers.data.load_split`.
 
+The module stays whole (about 600 lines): the two loops share one set-up and one
+step's bookkeeping (``_Run``), and each reads as the demo scripts' loop with them.
+
 Introduced in: 05_sync_training_loop.ipynb and 06_async_training_loop.ipynb
 """
 

@@ -23,7 +23,7 @@ TRAIN = [
     ),
 ]
 EVAL = ["eval", "--base-model", "tiny-random", "--backend", "local"]
-EVAL += ["--dataset", "arithmetic", "--max-tokens", "4"]
+EVAL += ["--dataset", "arithmetic", "--eval-max-tokens", "4"]
 
 
 def tree(folder: Path) -> dict[str, tuple[bytes, int]]:
@@ -109,14 +109,14 @@ def test_resume_with_swanlab_on_an_empty_folder_writes_nothing(tmp_path, capsys)
 
 
 @pytest.mark.parametrize("limit", ["0", "-3"])
-def test_eval_limit_below_one_is_refused(tmp_path, monkeypatch, capsys, limit):
+def test_eval_questions_below_one_are_refused(tmp_path, monkeypatch, capsys, limit):
     monkeypatch.chdir(tmp_path)  # eval's default records file: runs/eval/
     out = tmp_path / "records.jsonl"
     out.write_text("earlier records\n")
-    err = refused([*EVAL, "--limit", limit, "--out", str(out)], capsys)
-    assert f"--limit must be >= 1, got {limit}" in err
+    err = refused([*EVAL, "--eval-questions", limit, "--out", str(out)], capsys)
+    assert f"eval_questions must be >= 1, got {limit}" in err
     assert out.read_text() == "earlier records\n"
-    refused([*EVAL, "--limit", limit], capsys)
+    refused([*EVAL, "--eval-questions", limit], capsys)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["records.jsonl"]
 
 

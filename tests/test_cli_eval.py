@@ -10,8 +10,9 @@ from grpo_helpers.cli import main as cli_main
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 
-ARGS = ["eval", "--base-model", "tiny-random", "--backend", "local", "--limit", "4",
-        "--max-tokens", "6", "--dataset", "arithmetic"]  # fmt: skip
+ARGS = ["eval", "--base-model", "tiny-random", "--backend", "local",
+        "--eval-questions", "4", "--eval-max-tokens", "6",
+        "--dataset", "arithmetic"]  # fmt: skip
 
 
 def test_eval_base_only_writes_records(tmp_path, capsys):

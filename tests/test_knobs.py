@@ -148,3 +148,38 @@ def test_a_retired_knob_in_a_saved_config_is_dropped_and_a_typo_refused():
     )
     with pytest.raises(ValueError, match="Unknown GRPOConfig fields: eval_limt"):
         GRPOConfig.from_dict(saved | {"eval_limt": 0})
+
+
+def test_cli_eval_takes_its_flags_from_the_eval_config():
+    """Issue 48: every flag of ``eval`` is a field of ``EvalConfig`` (how a model is
+    scored) or of ``GRPOConfig`` (which model and data), besides the command's own
+    two; each field's flag carries its default and help; a setting is validated
+    by its knob, one way."""
+    import re
+    from dataclasses import fields as dataclass_fields
+
+    from grpo_helpers import cli, presets
+    from grpo_helpers.config import EvalConfig, knob_of
+
+    parser = argparse.ArgumentParser()
+    cli._eval_parser(parser.add_subparsers())
+    (eval_parser,) = parser._subparsers._group_actions[0].choices.values()
+    flags = {
+        a.dest: a for a in eval_parser._actions if a.option_strings and a.dest != "help"
+    }
+    eval_fields = {f.name for f in dataclass_fields(EvalConfig)}
+    run_fields = {f.name for f in knobs()}
+    own = {"checkpoint_path", "out"}
+    strays = set(flags) - eval_fields - run_fields - own
+    assert not strays, strays
+    for name in cli.EVAL_FLAGS:
+        assert flags[name].help == knob_of(name, EvalConfig).help
+        assert f"--{name.replace('_', '-')}" in flags[name].option_strings
+    help_text = eval_parser.format_help()
+    assert "--limit" not in help_text and "--eval-questions" in help_text
+    assert re.search(r"--max-tokens\b", help_text) is None
+    # every preset's evaluation part is a valid EvalConfig
+    for preset in (presets.NOTEBOOK_EVAL, presets.DEMO_EVAL, presets.FAST_EVAL):
+        presets.eval_part(preset)
+    with pytest.raises(ValueError, match="eval_max_tokens must be >= 1"):
+        EvalConfig(eval_max_tokens=0)

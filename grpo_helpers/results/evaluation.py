@@ -24,6 +24,10 @@ article's ``eval.py``) is deliberately plain:
 :mod:`grpo_helpers.results.report` reads the records. Everything here works with
 PyTRIO's ``SamplingClient`` and the local engine's, in a script and inside Jupyter.
 
+The module stays whole (about 600 lines): the sync and async evaluation, the
+grading of each answer and the reuse of recorded answers are one path a record
+takes.
+
 Introduced in: 07_evaluating_a_trained_model.ipynb
 """
 
@@ -32,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import pandas as pd
@@ -40,6 +44,7 @@ import pytrio
 from tqdm.auto import tqdm
 
 from grpo_helpers import data, prompts, rewards
+from grpo_helpers.config import EvalConfig
 from grpo_helpers.engines import run_coroutine
 from grpo_helpers.results import answers
 from grpo_helpers.results.report import format_results_table, summarize, summary_row
@@ -426,15 +431,41 @@ async def _sample_all(
     return responses
 
 
+def eval_settings(
+    config: EvalConfig | None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    concurrency: int | None = None,
+    num_samples: int | None = None,
+) -> EvalConfig:
+    """``config`` (default ``EvalConfig()``) with the keywords given instead of its
+    values, validated by the knobs (``ValueError`` names a bad one).
+
+    Example::
+
+        >>> eval_settings(None, max_tokens=32).eval_max_tokens
+        32
+    """
+    given = {
+        "temperature": temperature,
+        "eval_max_tokens": max_tokens,
+        "concurrency": concurrency,
+        "num_samples": num_samples,
+    }
+    changes = {k: v for k, v in given.items() if v is not None}
+    return replace(config or EvalConfig(), **changes)
+
+
 async def evaluate_async(
     sampling_client: Any,
     tokenizer: Any,
     questions: Any,
     *,
-    temperature: float = 0.0,
-    max_tokens: int = 512,
-    concurrency: int = 8,
-    num_samples: int = 1,
+    config: EvalConfig | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    concurrency: int | None = None,
+    num_samples: int | None = None,
     seed: int | None = None,
     progress: bool = True,
     indices: Sequence[int] | None = None,
@@ -448,12 +479,9 @@ async def evaluate_async(
     Use it where you already are inside ``async`` code; everywhere else (scripts and
     notebook cells) call :func:`evaluate`. Arguments and result are the same.
     """
-    if max_tokens < 1:
-        raise ValueError(f"max_tokens must be >= 1, got {max_tokens}")
-    if concurrency < 1:
-        raise ValueError(f"concurrency must be >= 1, got {concurrency}")
-    if num_samples < 1:
-        raise ValueError(f"num_samples must be >= 1, got {num_samples}")
+    settings_ = eval_settings(config, temperature, max_tokens, concurrency, num_samples)
+    temperature, max_tokens = settings_.temperature, settings_.eval_max_tokens
+    concurrency, num_samples = settings_.concurrency, settings_.num_samples
     rows = _question_rows(questions, indices)
     prompt_tokens = [
         list(prompts.build_prompt(tokenizer, r["question"], fewshot)) for r in rows
@@ -510,10 +538,11 @@ def evaluate(
     tokenizer: Any,
     questions: Any,
     *,
-    temperature: float = 0.0,
-    max_tokens: int = 512,
-    concurrency: int = 8,
-    num_samples: int = 1,
+    config: EvalConfig | None = None,
+    temperature: float | None = None,
+    max_tokens: int | None = None,
+    concurrency: int | None = None,
+    num_samples: int | None = None,
     seed: int | None = None,
     progress: bool = True,
     indices: Sequence[int] | None = None,
@@ -536,9 +565,12 @@ def evaluate(
         questions: GSM8K rows, a ``datasets.Dataset``, a DataFrame or a list of dicts
             with ``question`` and ``answer`` (the gold answer is the text after
             ``####``). An ``index`` column, if present, is kept as the question id.
+        config: the evaluation's settings (``config.EvalConfig``; its defaults
+            when None): the next four keywords, when given, replace its values.
         temperature: 0.0 is greedy decoding, the same answer every time.
-        max_tokens: most tokens per completion; a completion that reaches it is
-            flagged ``hit_max_tokens`` (often it was cut before its answer).
+        max_tokens: most tokens per completion (``eval_max_tokens``); a completion
+            that reaches it is flagged ``hit_max_tokens`` (often it was cut before
+            its answer).
         concurrency: requests in flight at once. Changes speed only, not the score.
         num_samples: ``k`` completions per question (one request each); with
             ``k > 1`` (use ``temperature > 0``) the records add pass@k and maj@k.
@@ -571,6 +603,7 @@ def evaluate(
             sampling_client,
             tokenizer,
             questions,
+            config=config,
             temperature=temperature,
             max_tokens=max_tokens,
             concurrency=concurrency,
