@@ -18,6 +18,10 @@ Example::
     >>> first_difference(recorded, recorded.assign(grad_norm=[1.0, 2.5]))["step"]
     1
 
+Only a bench runs it; it stays in the package because its tests check it, and
+tests never import a bench (docs/package.md, the house rules): what a test needs
+from a bench lives here.
+
 Introduced in: docs/results.md (why one configuration gave two results)
 """
 
