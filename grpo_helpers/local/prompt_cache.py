@@ -1,8 +1,8 @@
 """Filling the KV cache before the first sampled token: the sampler's three ways.
 
-``sampling.generate`` decodes from a cache that already holds every prompt. It is
-filled one of three ways, whichever costs least (the engine's counters say which
-ran, ``sampling_*_prefills``):
+``sampling.generate`` decodes from a cache that already holds every prompt: it calls
+:func:`fill`, which fills it one of three ways, whichever costs least, and counts
+which ran (``sampling_*_prefills``):
 
 1. **plain**: the prompts, left-padded to one width (:func:`pad_rows`), in one
    forward pass;
@@ -80,6 +80,51 @@ def pad_rows(
 #: Fewest tokens every prompt of a batch must share before ``sampling.generate`` runs
 #: them once (below this, one plain prefill costs about the same).
 MIN_SHARED_PREFIX = 16
+
+
+def fill(
+    decoder: Decoder,
+    requests: Sequence[Any],
+    pad_token_id: int,
+    capacity: int,
+    need_prompt: bool,
+) -> tuple[torch.Tensor, Any, torch.Tensor, torch.Tensor]:
+    """Fill a cache of ``capacity`` positions with the requests' prompts, the
+    cheapest of the three ways that gives the plain way's numbers, and count which
+    ran (``sampling_<way>_prefills``).
+
+    Shared when every prompt starts with the same tokens (an evaluation's few-shot
+    prompt); recalled when a prompt alone starts like the decoder's last one on
+    these weights (the sync loop's second prompt of a step); plain otherwise, and
+    always when the prompts' own logprobs are wanted (``need_prompt``: every
+    position's logits) or a request asks not to share (``share_prefix=False``,
+    which the tests compare against).
+
+    Returns:
+        The logits of the prompts' positions (``[R, P, V]``; only the last column's
+        unless ``need_prompt``), the cache, the attention mask ``[R, width]`` and
+        the positions ``[R, width]``.
+    """
+    width = max(len(r.prompt) for r in requests)
+    sharing = not need_prompt and all(r.share_prefix for r in requests)
+    shared = shared_prefix_len(requests) if sharing else 0
+    recalled = None
+    if sharing and not shared:
+        recalled = recall_prompt(decoder, requests, capacity)
+    path = "recalled" if recalled is not None else "shared" if shared else "plain"
+    counters.add(f"sampling_{path}_prefills")
+    if shared:
+        return prefill_shared(decoder, requests, shared, width, capacity, pad_token_id)
+    if recalled is not None:
+        return recalled
+    input_ids, mask = pad_rows(
+        [r.prompt for r in requests], width, pad_token_id, decoder.device
+    )
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    logits, cache = decoder.prefill(input_ids, mask, positions, capacity, need_prompt)
+    if sharing and len(requests) == 1:  # the next prompt may start alike
+        decoder.remember(requests[0].prompt, cache)
+    return logits, cache, mask, positions
 
 
 def shared_prefix_len(requests: Sequence[Any]) -> int:

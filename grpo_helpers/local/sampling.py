@@ -53,12 +53,7 @@ from pytrio.types import SampleResponse, SampleSequence, SamplingParams
 
 from grpo_helpers.local import counters
 from grpo_helpers.local.decoder import Decoder
-from grpo_helpers.local.prompt_cache import (
-    pad_rows,
-    prefill_shared,
-    recall_prompt,
-    shared_prefix_len,
-)
+from grpo_helpers.local.prompt_cache import fill, pad_rows
 
 
 @dataclass
@@ -284,13 +279,8 @@ class _Filled:
 def _prefill(
     decoder: Decoder, requests: list[GenerationRequest], pad_token_id: int
 ) -> _Filled:
-    """Step 1: fill the cache with the prompts, whichever way costs least.
-
-    When every prompt starts with the same tokens (the few-shot prompt of an
-    evaluation), those run once, then each prompt's own tokens; a prompt alone that
-    starts like the last one on these weights starts from its remembered cache.
-    Otherwise (or for a request made with ``share_prefix=False``, which tests
-    compare against) the prompts are left-padded and one forward pass fills it.
+    """Step 1: fill the cache with the prompts (:func:`prompt_cache.fill` chooses
+    the cheapest way), and read the prompts' own logprobs where they were asked for.
     """
     lengths = [len(r.prompt) for r in requests]
     width = max(lengths)
@@ -298,29 +288,9 @@ def _prefill(
         r.include_prompt_logprobs or r.topk_prompt_logprobs for r in requests
     )
     capacity = width + max(int(r.params.max_tokens) for r in requests)
-    sharing = not need_prompt and all(r.share_prefix for r in requests)
-    shared = shared_prefix_len(requests) if sharing else 0
-    recalled = None
-    if sharing and not shared:
-        recalled = recall_prompt(decoder, requests, capacity)
-    path = "recalled" if recalled is not None else "shared" if shared else "plain"
-    counters.add(f"sampling_{path}_prefills")
-    if shared:
-        logits, cache, mask, positions = prefill_shared(
-            decoder, requests, shared, width, capacity, pad_token_id
-        )
-    elif recalled is not None:
-        logits, cache, mask, positions = recalled
-    else:
-        input_ids, mask = pad_rows(
-            [r.prompt for r in requests], width, pad_token_id, decoder.device
-        )
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, cache = decoder.prefill(
-            input_ids, mask, positions, capacity, need_prompt
-        )
-        if sharing and len(requests) == 1:  # the next prompt may start alike
-            decoder.remember(requests[0].prompt, cache)
+    logits, cache, mask, positions = fill(
+        decoder, requests, pad_token_id, capacity, need_prompt
+    )
     prompt_lp: list[tuple[list[float | None], list]] = []
     for i, r in enumerate(requests):
         if r.include_prompt_logprobs or r.topk_prompt_logprobs:
