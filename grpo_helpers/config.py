@@ -78,7 +78,7 @@ class Knob:
         help: one line for ``--help`` and the docs.
         at_least, at_most: the smallest and largest value allowed (None: no bound).
         above, below: the open bounds (the value must be greater, or smaller).
-        choices: the values a learner may choose; ``also``: values accepted but not
+        choices: the values a learner may choose; ``accepted``: values accepted but not
             offered (the names of earlier recorded runs' rewards).
         why: said after the bound when a value is refused.
         trl: the TRL settings it sets (or where else the value goes); ``trl_how``:
@@ -92,7 +92,7 @@ class Knob:
     above: float | None = None
     below: float | None = None
     choices: tuple[Any, ...] = ()
-    also: tuple[Any, ...] = ()
+    accepted: tuple[Any, ...] = ()
     why: str = ""
     trl: tuple[str, ...] = ()
     trl_how: str = ""
@@ -117,7 +117,7 @@ class Knob:
                 return f"{name} must be a finite number, got {value}"
         elif not isinstance(value, str):
             return self._is(name, value, kind)
-        if self.choices and value not in self.choices + self.also:
+        if self.choices and value not in self.choices + self.accepted:
             offered = ", ".join(str(c) for c in self.choices)
             if kind == "str":
                 return f"unknown {name} {value!r}; choose one of {offered}"
@@ -314,7 +314,7 @@ class GRPOConfig:
         "binary",
         "the reward function (rewards.REWARD_FUNCTIONS)",
         choices=tuple(REWARD_FUNCTIONS),
-        also=tuple(EARLIER_REWARDS),
+        accepted=tuple(EARLIER_REWARDS),
         trl=("reward_funcs", "reward_weights"),
         trl_how="the series' reward, imported and wrapped in TRL's signature; the "
         "exact grade (binary) is logged beside it with weight 0",
@@ -739,8 +739,8 @@ def add_arguments(
         }
         if kind == "bool":
             options["action"] = argparse.BooleanOptionalAction
-        elif spec.choices:  # earlier names (``also``) are accepted, not offered
-            options["choices"] = spec.choices + spec.also
+        elif spec.choices:  # earlier names (``accepted``) are accepted, not offered
+            options["choices"] = spec.choices + spec.accepted
             options["metavar"] = "{" + ",".join(map(str, spec.choices)) + "}"
             options["type"] = {"int": int, "float": float}.get(kind, str)
         elif kind in ("int", "float"):

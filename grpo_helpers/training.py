@@ -383,7 +383,7 @@ def train_sync(
     Returns:
         A ``TrainResult``: metrics (one row per step), final weights path, run dir.
     """
-    r = _Run(
+    loop = _Run(
         config,
         service,
         resume=resume,
@@ -391,75 +391,77 @@ def train_sync(
         progress=progress,
         on_step=on_step,
     )
-    tc = r.training_client
-    for step in r.steps():
+    client = loop.training_client
+    for step in loop.steps():
         t0 = time.perf_counter()
-        sampler = tc.save_weights_and_get_sampling_client()
-        groups = _sample_groups(r, sampler, step)
+        sampler = client.save_weights_and_get_sampling_client()
+        groups = _sample_groups(loop, sampler, step)
         rounds, refill_started = 0, time.perf_counter()
-        while r.needs_more(groups, rounds):  # dynamic sampling: another batch
+        while loop.needs_more(groups, rounds):  # dynamic sampling: another batch
             rounds += 1
-            groups += _sample_groups(r, sampler, step, rounds)
+            groups += _sample_groups(loop, sampler, step, rounds)
         t1 = time.perf_counter()
-        trained = r.trained_groups(groups)
-        drawn = r.drawn(groups, trained, rounds, t1 - refill_started if rounds else 0.0)
+        trained = loop.trained_groups(groups)
+        drawn = loop.drawn(
+            groups, trained, rounds, t1 - refill_started if rounds else 0.0
+        )
         reference = None
-        if r.reference is not None:  # the base model's logprobs, for the KL
+        if loop.reference is not None:  # the base model's logprobs, for the KL
             futures = [
-                r.reference.compute_logprobs(x) for x in reference_inputs(trained)
+                loop.reference.compute_logprobs(x) for x in reference_inputs(trained)
             ]
             reference = [future.result() for future in futures]
-        datums, objective = r.datums(trained, reference)
+        datums, objective = loop.datums(trained, reference)
         objective |= drawn
         loss_metrics: dict[str, float] = {}
         optim_metrics: dict[str, float] = {}
         if datums and config.loss_temperature != 1.0:  # the tempered sampler's
-            scored = tc.forward(
+            scored = client.forward(
                 datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
             ).result()
             datums = with_sampler_logprobs(datums, scored)
         if datums:
             outputs = []
             for _ in range(config.updates_per_batch):  # mu updates on one batch
-                fb_future = tc.forward_backward(
+                fb_future = client.forward_backward(
                     datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
                 )
-                optim_future = tc.optim_step(r.adam_params)
+                optim_future = client.optim_step(loop.adam_params)
                 outputs.append((fb_future.result(), optim_future.result()))
-            loss_metrics, optim_metrics, ratios = r.update_metrics(outputs, datums)
+            loss_metrics, optim_metrics, ratios = loop.update_metrics(outputs, datums)
             objective |= ratios
         t2 = time.perf_counter()
         seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
-        r.finish_step(
+        loop.finish_step(
             step, groups, datums, loss_metrics, optim_metrics, seconds, objective
         )
-        if r.should_checkpoint(step):
-            saved = tc.save_state(r.state_name(step), overwrite=True).result()
-            r.run.record_checkpoint(step, saved.path)
-    weights = tc.save_weights_for_sampler(name=config.weights_name).result()
-    return r.finish(weights.path)
+        if loop.should_checkpoint(step):
+            saved = client.save_state(loop.state_name(step), overwrite=True).result()
+            loop.run.record_checkpoint(step, saved.path)
+    weights = client.save_weights_for_sampler(name=config.weights_name).result()
+    return loop.finish(weights.path)
 
 
 def _sample_groups(
-    r: _Run, sampler: Any, step: int, round_: int = 0
+    loop: _Run, sampler: Any, step: int, round_: int = 0
 ) -> list[PromptGroup]:
     """One group of completions per prompt of the step's batch ``round_``, each
     waited on (the sync loop)."""
-    config = r.config
-    batch = r.batch(step, round_)
+    config = loop.config
+    batch = loop.batch(step, round_)
     label = f"GRPO step {step}" + (f" (extra batch {round_})" if round_ else "")
     groups = []
     for i, (index, _row, tokens, gold) in enumerate(
-        tqdm(batch, desc=label, unit="prompt", disable=not r.progress)
+        tqdm(batch, desc=label, unit="prompt", disable=not loop.progress)
     ):
         samples = run_rollout_group(
             sampler,
-            r.tokenizer,
+            loop.tokenizer,
             tokens,
             gold,
-            r.params(step, i, round_),
+            loop.params(step, i, round_),
             config.group_size,
-            r.reward_fn,
+            loop.reward_fn,
             config.advantage_scale,
         )
         groups.append(PromptGroup(index, tokens, gold, samples))
@@ -467,7 +469,7 @@ def _sample_groups(
 
 
 async def _sample_groups_async(
-    r: _Run, sampler: Any, step: int, round_: int = 0
+    loop: _Run, sampler: Any, step: int, round_: int = 0
 ) -> list[PromptGroup]:
     """One group of completions per prompt of ``step``'s batch ``round_``, sampled
     at once.
@@ -475,24 +477,24 @@ async def _sample_groups_async(
     ``asyncio.gather`` runs one rollout per prompt concurrently and keeps the
     input order, so the groups line up with the batch.
     """
-    config = r.config
-    batch = r.batch(step, round_)
+    config = loop.config
+    batch = loop.batch(step, round_)
     with tqdm(
         total=len(batch),
         desc=f"GRPO step {step}" + (f" (extra batch {round_})" if round_ else ""),
         unit="prompt",
-        disable=not r.progress,
+        disable=not loop.progress,
     ) as bar:
         rollouts = [
             _counted(
                 run_rollout_group_async(
                     sampler,
-                    r.tokenizer,
+                    loop.tokenizer,
                     tokens,
                     gold,
-                    r.params(step, i, round_),
+                    loop.params(step, i, round_),
                     config.group_size,
-                    r.reward_fn,
+                    loop.reward_fn,
                     config.advantage_scale,
                 ),
                 bar,
@@ -525,7 +527,7 @@ async def train_async(
     ``result = await train_async(config)``; in a script:
     ``asyncio.run(train_async(config))``.
     """
-    r = _Run(
+    loop = _Run(
         config,
         service,
         resume=resume,
@@ -533,55 +535,59 @@ async def train_async(
         progress=progress,
         on_step=on_step,
     )
-    tc = r.training_client
-    for step in r.steps():
+    client = loop.training_client
+    for step in loop.steps():
         t0 = time.perf_counter()
-        sampler = await tc.save_weights_and_get_sampling_client_async()
-        groups = await _sample_groups_async(r, sampler, step)
+        sampler = await client.save_weights_and_get_sampling_client_async()
+        groups = await _sample_groups_async(loop, sampler, step)
         rounds, refill_started = 0, time.perf_counter()
-        while r.needs_more(groups, rounds):  # dynamic sampling: another batch
+        while loop.needs_more(groups, rounds):  # dynamic sampling: another batch
             rounds += 1
-            groups += await _sample_groups_async(r, sampler, step, rounds)
+            groups += await _sample_groups_async(loop, sampler, step, rounds)
         t1 = time.perf_counter()
-        trained = r.trained_groups(groups)
-        drawn = r.drawn(groups, trained, rounds, t1 - refill_started if rounds else 0.0)
+        trained = loop.trained_groups(groups)
+        drawn = loop.drawn(
+            groups, trained, rounds, t1 - refill_started if rounds else 0.0
+        )
         reference = None
-        if r.reference is not None:  # the base model's logprobs, for the KL
+        if loop.reference is not None:  # the base model's logprobs, for the KL
             reference = await asyncio.gather(
                 *[
-                    r.reference.compute_logprobs_async(x)
+                    loop.reference.compute_logprobs_async(x)
                     for x in reference_inputs(trained)
                 ]
             )
-        datums, objective = r.datums(trained, reference)
+        datums, objective = loop.datums(trained, reference)
         objective |= drawn
         loss_metrics: dict[str, float] = {}
         optim_metrics: dict[str, float] = {}
         if datums and config.loss_temperature != 1.0:  # the tempered sampler's
-            scored = await tc.forward_async(
+            scored = await client.forward_async(
                 datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
             )
             datums = with_sampler_logprobs(datums, await scored)
         if datums:
             outputs = []
             for _ in range(config.updates_per_batch):  # mu updates on one batch
-                fb_future = await tc.forward_backward_async(
+                fb_future = await client.forward_backward_async(
                     datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
                 )
-                optim_future = await tc.optim_step_async(r.adam_params)
+                optim_future = await client.optim_step_async(loop.adam_params)
                 outputs.append((await fb_future, await optim_future))
-            loss_metrics, optim_metrics, ratios = r.update_metrics(outputs, datums)
+            loss_metrics, optim_metrics, ratios = loop.update_metrics(outputs, datums)
             objective |= ratios
         t2 = time.perf_counter()
         seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
-        r.finish_step(
+        loop.finish_step(
             step, groups, datums, loss_metrics, optim_metrics, seconds, objective
         )
-        if r.should_checkpoint(step):
-            future = await tc.save_state_async(r.state_name(step), overwrite=True)
-            r.run.record_checkpoint(step, (await future).path)
-    future = await tc.save_weights_for_sampler_async(name=config.weights_name)
-    return r.finish((await future).path)
+        if loop.should_checkpoint(step):
+            future = await client.save_state_async(
+                loop.state_name(step), overwrite=True
+            )
+            loop.run.record_checkpoint(step, (await future).path)
+    future = await client.save_weights_for_sampler_async(name=config.weights_name)
+    return loop.finish((await future).path)
 
 
 async def _counted(coroutine: Any, bar: Any) -> Any:

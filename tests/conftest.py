@@ -96,7 +96,7 @@ def training_evidence(request) -> Callable[[str], Callable[[str], None]]:
 _EVIDENCE_KEY = "fast-mode training evidence"
 
 #: Where each test's start and end go, one JSON line per test with its xdist worker,
-#: when GRPO_TEST_TIMELINE names a file (python bench/test_timeline.py reads it).
+#: when GRPO_TEST_TIMELINE names a file (python bench/suite_timeline.py reads it).
 _TIMELINE = os.environ.get("GRPO_TEST_TIMELINE")
 
 

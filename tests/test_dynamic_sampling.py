@@ -99,10 +99,10 @@ KILL_IN_REFILL = textwrap.dedent(
     at = int(sys.argv[2])
     real = training._sample_groups
 
-    def sample_groups(r, sampler, step, round_=0):
+    def sample_groups(loop, sampler, step, round_=0):
         if step == at and round_ == 1:
             os.kill(os.getpid(), signal.SIGKILL)
-        return real(r, sampler, step, round_)
+        return real(loop, sampler, step, round_)
 
     training._sample_groups = sample_groups
     training.train(config, "sync", progress=False)

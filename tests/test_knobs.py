@@ -102,7 +102,7 @@ def test_the_command_line_has_one_flag_per_field_and_nothing_else_per_knob():
         assert action.help == knob_of(f).help and knob_of(f).help, f.name
         if knob_of(f).choices:
             spec = knob_of(f)
-            assert tuple(action.choices) == spec.choices + spec.also, f.name
+            assert tuple(action.choices) == spec.choices + spec.accepted, f.name
             assert action.metavar == "{" + ",".join(map(str, spec.choices)) + "}"
 
 

@@ -547,7 +547,8 @@ RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
 
 def test_worked_reward_gives_the_rewards_its_pilot_runs_recorded() -> None:
-    # bench/pilot_worked_reward.py's runs recorded every kept completion's reward;
+    # the pilot runs (bench/cpu_grpo_demo.py --reward worked) recorded every kept
+    # completion's reward;
     # the packaged reward gives each the same (the gold answer is not recorded, but
     # a boxed right answer is exactly an exact grade of 1)
     # (seeds 14-17 ran with this packaged reward: for them it is a regression check)

@@ -4,7 +4,7 @@ Run the suite with ``GRPO_TEST_TIMELINE`` naming a file (``tests/conftest.py``
 writes one JSON line per test: worker, test, start, end), then read it::
 
     GRPO_TEST_TIMELINE=/tmp/timeline.jsonl make test
-    python bench/test_timeline.py /tmp/timeline.jsonl
+    python bench/suite_timeline.py /tmp/timeline.jsonl
 
 It prints, per worker, when its first test started and its last ended, the seconds
 spent inside tests and the gaps between them (fixtures of a module's first test count
