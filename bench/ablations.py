@@ -97,6 +97,13 @@ def main(argv: list[str] | None = None) -> list[dict]:
         print(f"each variant against the baseline, {grade}, across seeds:")
         table = ablation.seed_level(results, grade)
         print(table.round(3).to_string(index=False))
+    budget = ablation.budget_level(results)
+    if len(budget):
+        print(
+            "at the baseline's sampling budget (the step where a variant had "
+            "sampled the baseline's completions), exact, across seeds:"
+        )
+        print(budget.round(3).to_string(index=False))
     return common.write_json(args, results)
 
 

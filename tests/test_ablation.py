@@ -273,6 +273,9 @@ def test_quick_ablation_writes_what_the_knobs_notebook_reads(tmp_path):
         assert column in metrics
     assert not ablation.mechanism_table(results).empty
     assert len(ablation.seed_level(results)) == 2
+    budget = ablation.budget_level(results)  # the dynamic variant at equal samples
+    assert list(budget["variant"]) == ["dynamic sampling (DAPO)"]
+    assert budget["samples_ratio"].iloc[0] >= 1.0
     assert not ablation.held_out_frame(results).empty
     # the clipped variant logs its clip fraction on the steps that updated
     ppo = next(r for r in results if r["variant"] == "ppo, mu=2")

@@ -406,6 +406,67 @@ def seed_level(
     return pd.DataFrame(rows)
 
 
+def budget_level(
+    results: Sequence[Mapping[str, Any]],
+    grade: str = "exact",
+    confidence: float = 0.95,
+) -> pd.DataFrame:
+    """The variants that sample more per step (dynamic sampling), judged at the
+    baseline's cost: per seed, the variant's held-out accuracy at the step where it
+    had sampled as many completions as the baseline's whole run (``run_variant``
+    scores it there) minus the baseline's at its end, and how many completions the
+    variant sampled over its whole run against the baseline's; the mean difference
+    with its t-interval over the seeds, as :func:`seed_level` does.
+
+    Sampling is most of a step's time on this CPU (notebook 05), so equal samples
+    stand for equal time here; the runs' wall times, on a shared machine, do not
+    compare across sessions.
+    """
+    by_key = {(r["variant"], r["seed"]): r for r in results}
+    rows = []
+    for (variant, seed), record in sorted(by_key.items()):
+        points = [p for p in record["held_out"] if "budget" in p]
+        base = by_key.get(("baseline", seed))
+        if not points or base is None:
+            continue
+        point = points[0]
+        sampled = (
+            sum(m["groups_sampled"] for m in record["metrics"])
+            * record["settings"]["group_size"]
+        )
+        rows.append(
+            {
+                "variant": variant,
+                "seed": seed,
+                "budget_step": point["step"],
+                "difference": float(point[grade]) - float(base["held_out"][-1][grade]),
+                "samples_ratio": sampled / point["budget"],
+            }
+        )
+    frame = pd.DataFrame(rows)
+    out = []
+    for variant, group in frame.groupby("variant", sort=False) if len(frame) else []:
+        values = group["difference"].to_numpy()
+        mean, low, high = (
+            stats.t_interval(values, confidence)
+            if len(values) > 1
+            else (float(values[0]), math.nan, math.nan)
+        )
+        out.append(
+            {
+                "variant": variant,
+                "seeds": len(values),
+                "budget_steps": [int(x) for x in group["budget_step"]],
+                "differences": [float(x) for x in values],
+                "mean": mean,
+                "ci_low": low,
+                "ci_high": high,
+                "samples_ratio": float(group["samples_ratio"].mean()),
+            }
+        )
+    return pd.DataFrame(out)
+
+
 def verdict(row: Mapping[str, Any]) -> str:
     """What one row of :func:`seed_level` supports, in words.
 
