@@ -476,6 +476,8 @@ class GRPOConfig:
         "DAPO's dynamic sampling: when fewer than --batch-size groups of a step "
         "teach, draw up to this many more batches of questions (0: off)",
         at_least=0,
+        at_most=100,
+        why="each batch's sampling seeds must stay apart from the next step's",
         group="objective",
         trl_how="refused when > 0: TRL 1.16 has no dynamic sampling (its request, "
         "trl#3708, is open)",

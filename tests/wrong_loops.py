@@ -13,8 +13,7 @@ from typing import Any
 import numpy as np
 import pytrio as trio
 
-from grpo_helpers import advantages, data, datum, prompts, rewards, rollout
-from grpo_helpers.step_math import derive_seed
+from grpo_helpers import advantages, data, datum, prompts, rewards, rollout, step_math
 
 
 def wrong_loop(
@@ -53,7 +52,7 @@ def wrong_loop(
                     run_config.max_tokens,
                     run_config.temperature,
                     run_config.top_p,
-                    seed=derive_seed(run_config.seed, step, i),
+                    seed=step_math.derive_seed(run_config.seed, step, i),
                 )
                 response = sampler.sample(
                     prompt=trio.ModelInput.from_ints(tokens),
@@ -116,3 +115,69 @@ WRONG_LOOPS = {
 }
 #: Right loops written otherwise: the slips' factory with none.
 RIGHT_LOOPS = {"the solution's loop, written again": wrong_loop()}
+
+
+def _interleaved(service, run_config, train_rows):
+    """One group at a time: sample, then forward_backward and optim_step, then the
+    next group (the natural 'one optim_step per group')."""
+    tc = service.create_lora_training_client(
+        base_model=run_config.model_name,
+        rank=run_config.lora_rank,
+        seed=run_config.seed,
+    )
+    tokenizer = tc.get_tokenizer()
+    reward_fn = rewards.get_reward_fn(run_config.reward)
+    history = []
+    for step in range(run_config.steps):
+        sampler = tc.save_weights_and_get_sampling_client()
+        indices = data.batch_indices(
+            len(train_rows), step, run_config.batch_size, all_data=False
+        )
+        for i, index in enumerate(indices):
+            row = train_rows[index]
+            tokens = prompts.build_prompt(tokenizer, row["question"])
+            gold = data.extract_gsm8k_answer(row["answer"])
+            params = rollout.make_sampling_params(
+                tokenizer,
+                run_config.max_tokens,
+                run_config.temperature,
+                run_config.top_p,
+                seed=step_math.derive_seed(run_config.seed, step, i),
+            )
+            response = sampler.sample(
+                prompt=trio.ModelInput.from_ints(tokens),
+                num_samples=run_config.group_size,
+                sampling_params=params,
+            ).result()
+            texts = [s.text for s in response.sequences]
+            group_rewards = [float(reward_fn(t, gold)) for t in texts]
+            if advantages.is_degenerate(group_rewards):
+                continue
+            adv = advantages.group_advantages(group_rewards, "none")
+            datums = [
+                datum.build_grpo_datum(
+                    tokens,
+                    datum.RolloutSample(list(s.tokens), list(s.logprobs), t, r, a),
+                )
+                for s, t, r, a in zip(
+                    response.sequences, texts, group_rewards, adv, strict=True
+                )
+            ]
+            tc.forward_backward(datums, loss_fn="importance_sampling").result()
+            tc.optim_step(run_config.adam_params).result()
+        history.append({"step": step})
+    return history
+
+
+def _wrong_seed(service, run_config, train_rows):
+    """The right loop with every prompt sampled at the run's seed alone."""
+    real = step_math.derive_seed
+    try:
+        step_math.derive_seed = lambda seed, step, prompt: seed
+        return wrong_loop()(service, run_config, train_rows)
+    finally:
+        step_math.derive_seed = real
+
+
+WRONG_LOOPS["one group at a time, an optim_step after each"] = _interleaved
+WRONG_LOOPS["every prompt sampled with the run's seed"] = _wrong_seed

@@ -106,8 +106,13 @@ class _Log:
     """Everything one loop sent to the engine."""
 
     clients: int = 0
+    client_kwargs: dict[str, Any] = field(default_factory=dict)
+    start_weights: dict[str, Any] = field(default_factory=dict)
     samplers: int = 0
-    stale: list[int] = field(default_factory=list)  # updates seen at a stale sample
+    # (updates at the sample, whether its sampler was made in that step, the
+    # learner's step) of each sample from a sampler older than the last update
+    stale: list[tuple[int, bool]] = field(default_factory=list)
+    seeds: list[Any] = field(default_factory=list)  # each sample's seed, in order
     pending: list[Any] = field(default_factory=list)
     pending_loss_fns: set[str] = field(default_factory=set)
     updates: list[_Update] = field(default_factory=list)
@@ -127,16 +132,34 @@ class _Done:
         return True
 
 
+#: What the check says to a loop written with the engine's async calls.
+SYNC_ONLY = (
+    "this check records the sync calls: write the loop with sample(...), "
+    "forward_backward(...), optim_step(...) and .result() (notebook 06 makes them "
+    "concurrent)"
+)
+
+
 class _Sampler:
     def __init__(self, inner: Any, log: _Log) -> None:
         self._inner, self._log = inner, log
         self._made_after = len(log.updates)
+        self._made_at = len(log.seeds)  # sample requests made before this sampler
         log.samplers += 1
 
     def sample(self, *args: Any, **kwargs: Any) -> Any:
-        if self._made_after < len(self._log.updates):
-            self._log.stale.append(len(self._log.updates))
+        log = self._log
+        if self._made_after < len(log.updates):
+            # made in the step it samples for: the weights changed within a step
+            batch = CHECK_RUN["batch_size"]
+            step = len(log.seeds) // batch
+            log.stale.append((len(log.updates), self._made_at // batch == step, step))
+        params = kwargs.get("sampling_params", args[2] if len(args) > 2 else None)
+        log.seeds.append(getattr(params, "seed", None))
         return self._inner.sample(*args, **kwargs)
+
+    async def sample_async(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(SYNC_ONLY)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -169,6 +192,17 @@ class _Trainer:
         log.pending, log.pending_loss_fns = [], set()
         return _Done(result)
 
+    async def forward_backward_async(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(SYNC_ONLY)
+
+    async def optim_step_async(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError(SYNC_ONLY)
+
+    async def save_weights_and_get_sampling_client_async(
+        self, *args: Any, **kwargs: Any
+    ) -> Any:
+        raise RuntimeError(SYNC_ONLY)
+
     def save_weights_and_get_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
         inner = self._inner.save_weights_and_get_sampling_client(*args, **kwargs)
         return _Sampler(inner, self._log)
@@ -185,9 +219,15 @@ class _Service:
         self._inner, self._log = inner, log
 
     def create_lora_training_client(self, *args: Any, **kwargs: Any) -> Any:
-        self._log.clients += 1
+        log = self._log
+        log.clients += 1
         inner = self._inner.create_lora_training_client(*args, **kwargs)
-        return _Trainer(inner, self._log)
+        if log.clients == 1:
+            host, adapter = inner._host, inner._adapter
+            log.start_weights = {
+                k: p.detach().clone() for k, p in host.parameters(adapter).items()
+            }
+        return _Trainer(inner, log)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
@@ -340,12 +380,53 @@ def compare(learner: _Log, reference: _Log, history: Any, metrics: Any) -> str:
     steps = len(metrics)
     if not learner.clients:
         return "your loop made no training client (service.create_lora_training_client)"
+    same_shapes = (
+        learner.start_weights.keys() == reference.start_weights.keys()
+        and all(
+            learner.start_weights[k].shape == w.shape
+            for k, w in reference.start_weights.items()
+        )
+    )
+    if not same_shapes or any(
+        _rel_err(learner.start_weights[k], w) > WEIGHT_TOLERANCE
+        for k, w in reference.start_weights.items()
+    ):
+        return (
+            "the policy starts from other LoRA weights than train_sync's: "
+            "create_lora_training_client(base_model=run_config.model_name, "
+            "rank=run_config.lora_rank, seed=run_config.seed)"
+        )
     if learner.stale:
-        updated = reference.steps_of_updates[learner.stale[0] - 1]
+        updates, same_step, step = learner.stale[0]
+        if same_step:  # the step's own sampler, after an update within the step
+            return (
+                f"step {step}: your loop updated the weights in the middle of the "
+                "step, then sampled again: one optim_step per step, after all of "
+                "its groups"
+            )
+        done = reference.steps_of_updates
+        updated = done[min(updates, len(done)) - 1] if done else 0
         return (
             f"step {updated + 1}: your loop sampled from a SamplingClient saved "
             f"before step {updated}'s update (a stale policy): save one from the "
             "current weights at the start of every step"
+        )
+    if learner.seeds != reference.seeds:
+        k = next(
+            (
+                i
+                for i, (a, b) in enumerate(
+                    zip(learner.seeds, reference.seeds, strict=False)
+                )
+                if a != b
+            ),
+            min(len(learner.seeds), len(reference.seeds)),
+        )
+        batch = CHECK_RUN["batch_size"]
+        return (
+            f"step {k // batch}: prompt {k % batch}'s sampling seed is not "
+            "train_sync's: step_math.derive_seed(run_config.seed, step, i), i the "
+            "prompt's place in the step's batch"
         )
     for k, want in enumerate(reference.updates):
         step = reference.steps_of_updates[k]

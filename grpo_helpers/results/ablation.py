@@ -196,6 +196,12 @@ def _budget_point(
             progress=False,
             on_step=on_step,
         )
+        if len(result.metrics) != steps:
+            raise ValueError(
+                f"{config.run_dir} already holds {len(result.metrics)} steps: the "
+                "budget point is scored on the way, step by step; remove the run "
+                "directory and run this variant again"
+            )
         sampled = int(result.metrics["groups_sampled"].sum()) * config.group_size
         if sampled >= budget:
             break

@@ -439,7 +439,10 @@ def eval_settings(
     num_samples: int | None = None,
 ) -> EvalConfig:
     """``config`` (default ``EvalConfig()``) with the keywords given instead of its
-    values, validated by the knobs (``ValueError`` names a bad one).
+    values, validated by the knobs (``ValueError`` names a bad one). Evaluating
+    reads four of its fields: ``temperature``, ``eval_max_tokens``,
+    ``concurrency`` and ``num_samples``; which questions (``split``,
+    ``eval_questions``) are the caller's choice of the rows it passes.
 
     Example::
 

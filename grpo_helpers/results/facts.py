@@ -260,6 +260,29 @@ def _verdict_facts(recorded: list[dict[str, Any]], grade: str) -> dict[str, str]
     return facts
 
 
+def _budget_facts(recorded: list[dict[str, Any]]) -> dict[str, str]:
+    """A variant that samples more per step, at the baseline's sampling budget
+    (``ablation.budget_level``): the difference per seed and over the seeds, and
+    the completions its whole run sampled against the baseline's."""
+    facts: dict[str, str] = {}
+    for row in ablation.budget_level(recorded).to_dict("records"):
+        variant = row["variant"]
+        interval = (
+            f" [{_points(row['ci_low'])}, {_points(row['ci_high'])}]"
+            if row["seeds"] > 1
+            else ""
+        )
+        facts[f"{variant}: at the baseline's budget"] = (
+            f"{_points(row['mean'])} points{interval} "
+            f"({_listed([_points(d) for d in row['differences']])} per seed, at "
+            f"steps {_listed([str(s) for s in row['budget_steps']])})"
+        )
+        facts[f"{variant}: completions sampled"] = (
+            f"{row['samples_ratio']:.1f} times the baseline's"
+        )
+    return facts
+
+
 def _knobs_summary(recorded: list[dict[str, Any]]) -> str:
     """One sentence: how many variants the seeds tell apart from the baseline."""
     exact = ablation.seed_level(recorded, "exact")
@@ -332,6 +355,7 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
     for grade in ("exact", "lenient"):
         facts |= _verdict_facts(recorded, grade)
     facts["knobs summary"] = _knobs_summary(recorded)
+    facts |= _budget_facts(recorded)
     facts |= _mechanism_facts(recorded)
     return facts
 

@@ -132,7 +132,8 @@ def model_card(
     front = ["---", f"library_name: {'peft' if kind == 'peft' else 'transformers'}"]
     if base["kind"] in ("gguf", "hub"):
         front.append(f"base_model: {base['base_name']}")
-        front.append(f"base_model_relation: {'adapter' if kind == 'peft' else 'merge'}")
+        relation = "adapter" if kind == "peft" else "finetune"
+        front.append(f"base_model_relation: {relation}")
     if base["kind"] == "gguf":
         file = base["file"]
         front.append("license: apache-2.0")
@@ -147,11 +148,20 @@ def model_card(
             f"A LoRA adapter (rank {run.meta['rank']}, alpha 32) trained with GRPO by "
             f"the grpo-notebooks series, for the base model below."
         )
+        if base["kind"] == "hub":  # the hub's own weights: load them by name
+            where, origin = base["base_name"], ""
+        else:
+            model = "" if base["kind"] == "gguf" else f" --model {base['name']}"
+            where = "base-model"
+            origin = (
+                "# the exact base: python -m grpo_helpers export base"
+                f"{model} --out base-model\n"
+            )
         load = (
             "```python\nfrom peft import PeftModel\n"
             "from transformers import AutoModelForCausalLM\n"
-            "# the exact base: python -m grpo_helpers export base --out base-model\n"
-            'base = AutoModelForCausalLM.from_pretrained("base-model")\n'
+            f"{origin}"
+            f'base = AutoModelForCausalLM.from_pretrained("{where}")\n'
             f'model = PeftModel.from_pretrained(base, "{folder}")\n```'
         )
     else:

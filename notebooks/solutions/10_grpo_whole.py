@@ -146,7 +146,9 @@ class FakeTokenizer:
         return " | ".join(m["content"] for m in messages)
 
     def encode(self, text, add_special_tokens=False):
-        return [1 + (ord(c) % 40) for c in text[-12:]]
+        # the whole text counts: a prompt for another question gives other tokens
+        checksum = sum((i + 1) * ord(c) for i, c in enumerate(text))
+        return [1 + (ord(c) % 40) for c in text[-12:]] + [2 + checksum % 47]
 
     def decode(self, tokens, skip_special_tokens=True):
         return "".join(chr(48 + t % 10) for t in tokens)
