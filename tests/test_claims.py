@@ -130,6 +130,11 @@ cites(
     "The per-seed differences spread by {noise sd exact} (their standard deviation, "
     "pooled over the variants), so these seeds would detect a true difference of "
     "{detectable exact} 80% of the time",
+    "Against the baseline: {tempered loss (TRL) exact per seed}.",
+    "Against the baseline at 30 steps: {dynamic sampling (DAPO) exact per seed}.",
+    "its 30 steps sampled {dynamic sampling (DAPO): completions sampled} completions.",
+    "it stands at {dynamic sampling (DAPO): at the baseline's budget} against the "
+    "baseline's end",
 )
 cites(
     "docs/results.md",
