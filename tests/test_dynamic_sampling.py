@@ -141,7 +141,7 @@ def test_a_run_killed_during_an_extra_batch_resumes_to_the_same_run(run, tmp_pat
 @pytest.mark.parametrize(
     ("changes", "message"),
     [
-        ({"dynamic_sampling": -1}, "dynamic_sampling must be >= 0"),
+        ({"dynamic_sampling": -1}, r"dynamic_sampling must be in \[0, 100\]"),
         ({"dynamic_sampling": 1.5}, "dynamic_sampling must be an integer"),
         ({"dynamic_sampling": 2, "all_data": True}, "choose one of the two"),
     ],

@@ -19,6 +19,10 @@ it, claiming a direction only where that interval excludes zero.
 A run is resumable at two levels: a finished (variant, seed) is never run again,
 and an interrupted one continues from its last checkpoint (the run directory).
 
+The module stays whole (about 640 lines): recording a variant, reading the records
+and judging them across seeds are one path, and each reading names the record
+fields the recording writes.
+
 Introduced in: 09_what_the_knobs_do.ipynb
 """
 
