@@ -16,6 +16,26 @@ import pytrio as trio
 from grpo_helpers import advantages, data, datum, prompts, rewards, rollout, step_math
 
 
+def _sample_group(sampler, tokenizer, run_config, row, step, i):
+    """One prompt's group, as the right loop samples it: (prompt tokens, gold
+    answer, response, texts)."""
+    tokens = prompts.build_prompt(tokenizer, row["question"])
+    gold = data.extract_gsm8k_answer(row["answer"])
+    params = rollout.make_sampling_params(
+        tokenizer,
+        run_config.max_tokens,
+        run_config.temperature,
+        run_config.top_p,
+        seed=step_math.derive_seed(run_config.seed, step, i),
+    )
+    response = sampler.sample(
+        prompt=trio.ModelInput.from_ints(tokens),
+        num_samples=run_config.group_size,
+        sampling_params=params,
+    ).result()
+    return tokens, gold, response, [s.text for s in response.sequences]
+
+
 def wrong_loop(
     stale: bool = False,
     send_degenerate: bool = False,
@@ -44,22 +64,9 @@ def wrong_loop(
             order = list(reversed(indices)) if reverse else indices
             batch, step_rewards, exact, degenerate = [], [], [], 0
             for i, index in enumerate(order):
-                row = train_rows[index]
-                tokens = prompts.build_prompt(tokenizer, row["question"])
-                gold = data.extract_gsm8k_answer(row["answer"])
-                params = rollout.make_sampling_params(
-                    tokenizer,
-                    run_config.max_tokens,
-                    run_config.temperature,
-                    run_config.top_p,
-                    seed=step_math.derive_seed(run_config.seed, step, i),
+                tokens, gold, response, texts = _sample_group(
+                    sampler, tokenizer, run_config, train_rows[index], step, i
                 )
-                response = sampler.sample(
-                    prompt=trio.ModelInput.from_ints(tokens),
-                    num_samples=run_config.group_size,
-                    sampling_params=params,
-                ).result()
-                texts = [s.text for s in response.sequences]
                 group_rewards = [float(reward_fn(t, gold)) for t in texts]
                 step_rewards += group_rewards
                 exact += [rewards.grade_answer(t, gold) for t in texts]
@@ -134,22 +141,9 @@ def _interleaved(service, run_config, train_rows):
             len(train_rows), step, run_config.batch_size, all_data=False
         )
         for i, index in enumerate(indices):
-            row = train_rows[index]
-            tokens = prompts.build_prompt(tokenizer, row["question"])
-            gold = data.extract_gsm8k_answer(row["answer"])
-            params = rollout.make_sampling_params(
-                tokenizer,
-                run_config.max_tokens,
-                run_config.temperature,
-                run_config.top_p,
-                seed=step_math.derive_seed(run_config.seed, step, i),
+            tokens, gold, response, texts = _sample_group(
+                sampler, tokenizer, run_config, train_rows[index], step, i
             )
-            response = sampler.sample(
-                prompt=trio.ModelInput.from_ints(tokens),
-                num_samples=run_config.group_size,
-                sampling_params=params,
-            ).result()
-            texts = [s.text for s in response.sequences]
             group_rewards = [float(reward_fn(t, gold)) for t in texts]
             if advantages.is_degenerate(group_rewards):
                 continue
