@@ -190,6 +190,10 @@ class _Run:
         seed = derive_seed(self.config.seed, step, number)
         return self.base_params.model_copy(update={"seed": seed})
 
+    def label(self, step: int, round_: int) -> str:
+        """The progress bar's label of the step's batch ``round_``."""
+        return f"GRPO step {step}" + (f" (extra batch {round_})" if round_ else "")
+
     def needs_more(self, groups: list[PromptGroup], rounds: int) -> bool:
         """Dynamic sampling (DAPO): another batch of questions, when fewer than
         ``batch_size`` of the step's groups teach and the bound allows it."""
@@ -269,7 +273,11 @@ class _Run:
         optim_metrics: dict[str, float],
         seconds: dict[str, float],
         objective: dict[str, float] | None = None,
+        trained: list[PromptGroup] | None = None,
     ) -> None:
+        """The step's metrics row and samples, written; the live plot and trackers
+        fed. ``trained``: the groups the step trained on, which ``samples.jsonl``
+        marks (``discarded``) when dynamic sampling may have drawn others."""
         row = step_metrics(
             step,
             groups,
@@ -283,7 +291,8 @@ class _Run:
         for key in TOKEN_COUNTERS:
             self.cumulative[key] += row[key]
             row[f"cum_{key}"] = self.cumulative[key]
-        trained = self.trained_groups(groups) if self.config.dynamic_sampling else None
+        if not self.config.dynamic_sampling:
+            trained = None
         self.run.append_step(row, sample_records(step, groups, trained))
         self.log(format_step_line(row))
         if self.swanlab_run is not None:
@@ -433,7 +442,14 @@ def train_sync(
         t2 = time.perf_counter()
         seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
         loop.finish_step(
-            step, groups, datums, loss_metrics, optim_metrics, seconds, objective
+            step,
+            groups,
+            datums,
+            loss_metrics,
+            optim_metrics,
+            seconds,
+            objective,
+            trained,
         )
         if loop.should_checkpoint(step):
             saved = client.save_state(loop.state_name(step), overwrite=True).result()
@@ -449,10 +465,14 @@ def _sample_groups(
     waited on (the sync loop)."""
     config = loop.config
     batch = loop.batch(step, round_)
-    label = f"GRPO step {step}" + (f" (extra batch {round_})" if round_ else "")
     groups = []
     for i, (index, _row, tokens, gold) in enumerate(
-        tqdm(batch, desc=label, unit="prompt", disable=not loop.progress)
+        tqdm(
+            batch,
+            desc=loop.label(step, round_),
+            unit="prompt",
+            disable=not loop.progress,
+        )
     ):
         samples = run_rollout_group(
             sampler,
@@ -481,7 +501,7 @@ async def _sample_groups_async(
     batch = loop.batch(step, round_)
     with tqdm(
         total=len(batch),
-        desc=f"GRPO step {step}" + (f" (extra batch {round_})" if round_ else ""),
+        desc=loop.label(step, round_),
         unit="prompt",
         disable=not loop.progress,
     ) as bar:
@@ -579,7 +599,14 @@ async def train_async(
         t2 = time.perf_counter()
         seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
         loop.finish_step(
-            step, groups, datums, loss_metrics, optim_metrics, seconds, objective
+            step,
+            groups,
+            datums,
+            loss_metrics,
+            optim_metrics,
+            seconds,
+            objective,
+            trained,
         )
         if loop.should_checkpoint(step):
             future = await client.save_state_async(
