@@ -36,6 +36,28 @@ def _sample_group(sampler, tokenizer, run_config, row, step, i):
     return tokens, gold, response, [s.text for s in response.sequences]
 
 
+def _policy(service, run_config):
+    """The run's LoRA policy, as the right loop makes it."""
+    return service.create_lora_training_client(
+        base_model=run_config.model_name,
+        rank=run_config.lora_rank,
+        seed=run_config.seed,
+    )
+
+
+def _group_datums(tokens, response, texts, group_rewards, scale):
+    """One Datum per completion of a group, with its advantage under ``scale``."""
+    adv = advantages.group_advantages(group_rewards, scale)
+    return [
+        datum.build_grpo_datum(
+            tokens, datum.RolloutSample(list(s.tokens), list(s.logprobs), t, r, a)
+        )
+        for s, t, r, a in zip(
+            response.sequences, texts, group_rewards, adv, strict=True
+        )
+    ]
+
+
 def wrong_loop(
     stale: bool = False,
     send_degenerate: bool = False,
@@ -46,11 +68,7 @@ def wrong_loop(
     """The loop with one slip; ``optim``: "step" (right), "group" or "none"."""
 
     def train_loop(service, run_config, train_rows):
-        tc = service.create_lora_training_client(
-            base_model=run_config.model_name,
-            rank=run_config.lora_rank,
-            seed=run_config.seed,
-        )
+        tc = _policy(service, run_config)
         tokenizer = tc.get_tokenizer()
         reward_fn = rewards.get_reward_fn(run_config.reward)
         sampler = tc.save_weights_and_get_sampling_client() if stale else None
@@ -74,21 +92,14 @@ def wrong_loop(
                     degenerate += 1
                     if not send_degenerate:
                         continue
-                adv = advantages.group_advantages(
-                    group_rewards, scale or run_config.advantage_scale
-                )
                 batch.append(
-                    [
-                        datum.build_grpo_datum(
-                            tokens,
-                            datum.RolloutSample(
-                                list(s.tokens), list(s.logprobs), t, r, a
-                            ),
-                        )
-                        for s, t, r, a in zip(
-                            response.sequences, texts, group_rewards, adv, strict=True
-                        )
-                    ]
+                    _group_datums(
+                        tokens,
+                        response,
+                        texts,
+                        group_rewards,
+                        scale or run_config.advantage_scale,
+                    )
                 )
             groups = batch if optim == "group" else [[d for g in batch for d in g]]
             for datums in groups:
@@ -127,11 +138,7 @@ RIGHT_LOOPS = {"the solution's loop, written again": wrong_loop()}
 def _interleaved(service, run_config, train_rows):
     """One group at a time: sample, then forward_backward and optim_step, then the
     next group (the natural 'one optim_step per group')."""
-    tc = service.create_lora_training_client(
-        base_model=run_config.model_name,
-        rank=run_config.lora_rank,
-        seed=run_config.seed,
-    )
+    tc = _policy(service, run_config)
     tokenizer = tc.get_tokenizer()
     reward_fn = rewards.get_reward_fn(run_config.reward)
     history = []
@@ -147,16 +154,7 @@ def _interleaved(service, run_config, train_rows):
             group_rewards = [float(reward_fn(t, gold)) for t in texts]
             if advantages.is_degenerate(group_rewards):
                 continue
-            adv = advantages.group_advantages(group_rewards, "none")
-            datums = [
-                datum.build_grpo_datum(
-                    tokens,
-                    datum.RolloutSample(list(s.tokens), list(s.logprobs), t, r, a),
-                )
-                for s, t, r, a in zip(
-                    response.sequences, texts, group_rewards, adv, strict=True
-                )
-            ]
+            datums = _group_datums(tokens, response, texts, group_rewards, "none")
             tc.forward_backward(datums, loss_fn="importance_sampling").result()
             tc.optim_step(run_config.adam_params).result()
         history.append({"step": step})
