@@ -1,4 +1,4 @@
-"""One sync step's sampling, with and without the sampler's two CPU shortcuts.
+"""One sync step's sampling, with and without the sampler's CPU shortcuts.
 
 Notebook 05's sync loop samples two prompts one after the other, 8 completions of at
 most 48 tokens each, from new weights at every step. Sampling is most of the
@@ -11,6 +11,9 @@ Two shortcuts of ``MergedLlamaDecoder`` target that:
 * **the prompt memory** (``decoder.recall`` / ``remember``): the second prompt of
   a step starts with the same few-shot tokens as the first, on the same weights,
   and runs only its own tokens.
+
+``--only packing|memory`` turns off that one shortcut "without" (the others
+stay on both ways), to measure what it alone buys.
 
 This script samples one step both ways, in one process and on the same weights and
 seeds, alternating (without, with, without, ...) so that a disturbance on a shared
@@ -25,6 +28,7 @@ Run (about 5 minutes on 2 cores; nothing else running)::
 
     python bench/sampling_paths.py
     python bench/sampling_paths.py --quick   # tiny-random, seconds
+    python bench/sampling_paths.py --only packing
 
 The last line is for a script to read::
 
@@ -41,6 +45,7 @@ from typing import Any
 import common
 
 WAYS = ("without", "with")
+SHORTCUTS = ("packing", "memory")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -49,6 +54,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--temperature", type=float, default=0.6)
     p.add_argument("--group-size", type=int, default=8)
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument(
+        "--only", choices=SHORTCUTS, help="the one shortcut that 'without' turns off"
+    )
     args = p.parse_args(argv)
     args.model = common.model_name(args)
     if args.quick:
@@ -71,10 +79,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         sampler = tc.save_weights_and_get_sampling_client()  # new weights' id
         decoder = tc._host._merged
         if decoder is not None:
-            defaults.setdefault("packing", decoder.packing)
-            defaults.setdefault("memory", decoder.memory)
-            decoder.packing = defaults["packing"] and way == "with"
-            decoder.memory = defaults["memory"] and way == "with"
+            for name in SHORTCUTS:
+                defaults.setdefault(name, getattr(decoder, name))
+                off = way == "without" and args.only in (None, name)
+                setattr(decoder, name, defaults[name] and not off)
         t = time.perf_counter()
         completions = []
         for i, tokens in enumerate(prompt_tokens):  # one after the other
@@ -93,8 +101,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         return common.write_json(args, _compare(args, sample, tc._host))
     finally:
         if tc._host._merged is not None and defaults:
-            tc._host._merged.packing = defaults["packing"]
-            tc._host._merged.memory = defaults["memory"]
+            for name in SHORTCUTS:
+                setattr(tc._host._merged, name, defaults[name])
 
 
 def _compare(args: argparse.Namespace, sample: Any, host: Any) -> dict[str, float]:
@@ -128,7 +136,7 @@ def _compare(args: argparse.Namespace, sample: Any, host: Any) -> dict[str, floa
     print(
         f"model={args.model} group={args.group_size} x 2 prompts, at most "
         f"{args.max_tokens} tokens, temperature {args.temperature}, "
-        f"{args.repeats} repeats"
+        f"{args.repeats} repeats; without: {args.only or 'every shortcut'} off"
     )
     print(
         f"median seconds of one step's sampling: without {med['without']:.2f}, with "
