@@ -15,7 +15,11 @@ that is worth building into ``MergedLlamaDecoder``, before anything changes:
   disturbance hits both, and reports the medians and their ratio;
 * it compares the two steps' logits (largest absolute difference, same argmax);
 * it times the prefill of the prompt, and profiles ten plain steps with
-  ``torch.profiler`` to say which operations their CPU time goes to.
+  ``torch.profiler`` to say which operations their CPU time goes to;
+* it also times the step with a bfloat16 copy of every weight (``F.linear`` on
+  bfloat16 inputs, oneDNN's AVX512-BF16/AMX kernels where the CPU has them), the
+  lower-precision lever of ``docs/performance.md``, and how far its logits move
+  from float32's. The engine has no such path: this only measures what it would buy.
 
 Nothing in the engine changes: the packed product is patched in for this script
 only. Packing costs a copy of the weights once per sampler (the weights change at
@@ -27,7 +31,8 @@ Run (about a minute on 2 cores; nothing else running)::
 
 The last line is for a script to read::
 
-    RESULT step-plain <ms> step-packed <ms> ratio <x> max-diff <d> pack <ms>
+    RESULT step-plain <ms> step-packed <ms> ratio <x> max-diff <d> pack <ms> \
+        step-bf16 <ms> bf16-max-diff <d>
 """
 
 from __future__ import annotations
@@ -87,6 +92,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         out = torch.ops.mkl._mkl_linear(flat, packed[id(weight)], weight, None, rows)
         return out.reshape(*x.shape[:-1], weight.shape[0])
 
+    halves = {id(w): w.to(torch.bfloat16) for w in weights}
+
+    def bf16_linear(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        half = halves.get(id(weight))
+        if half is None:
+            return plain_linear(x, weight)
+        return torch.nn.functional.linear(x.to(torch.bfloat16), half).float()
+
     def step(linear: object) -> tuple[float, torch.Tensor]:
         dec_mod._linear = linear
         try:
@@ -98,11 +111,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         finally:
             dec_mod._linear = plain_linear
 
-    step(plain_linear), step(packed_linear)  # warm-up
-    times: dict[str, list[float]] = {"plain": [], "packed": []}
+    ways = {"plain": plain_linear, "packed": packed_linear, "bf16": bf16_linear}
+    for fn in ways.values():  # warm-up
+        step(fn)
+    times: dict[str, list[float]] = {name: [] for name in ways}
     logits: dict[str, torch.Tensor] = {}
     for _ in range(args.repeats):
-        for name, fn in (("plain", plain_linear), ("packed", packed_linear)):
+        for name, fn in ways.items():
             seconds, logits[name] = step(fn)
             times[name].append(seconds)
     a, b = logits["plain"], logits["packed"]
@@ -124,6 +139,13 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"took {pack_ms:.0f} ms"
     )
     print(f"prefill of the {n}-token prompt (one row): {prefill_ms:.0f} ms")
+    half_diff = (logits["bf16"] - a).abs().max().item()
+    half_same = bool((logits["bf16"].argmax(-1) == a.argmax(-1)).all())
+    print(
+        f"bfloat16 weights: {med['plain'] / med['bf16']:.2f}x the plain step's speed, "
+        f"{med['packed'] / med['bf16']:.2f}x the packed one's; logits differ from "
+        f"float32 by at most {half_diff:.2e} (same argmax on every row: {half_same})"
+    )
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CPU]) as prof:
@@ -135,13 +157,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(f"ten plain steps, share of self CPU time by operation: {shares}")
     print(
         f"RESULT step-plain {med['plain']:.1f} step-packed {med['packed']:.1f} "
-        f"ratio {ratio:.2f} max-diff {diff:.2e} pack {pack_ms:.0f}"
+        f"ratio {ratio:.2f} max-diff {diff:.2e} pack {pack_ms:.0f} "
+        f"step-bf16 {med['bf16']:.1f} bf16-max-diff {half_diff:.2e}"
     )
     return {
         "plain": med["plain"],
         "packed": med["packed"],
         "ratio": ratio,
         "diff": diff,
+        "bf16": med["bf16"],
+        "bf16_diff": half_diff,
     }
 
 

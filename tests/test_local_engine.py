@@ -201,25 +201,42 @@ def test_micro_batching_gives_the_same_gradient(tmp_path, tok):
         assert_same_gradient(p.grad, q.grad)
 
 
-def test_a_collected_training_client_shuts_its_worker_thread_down(svc, tok):
-    """Each training client runs its calls on a thread of its own; once the client
-    is garbage collected (after the calls it queued), that thread ends."""
+def test_every_engine_job_runs_on_the_one_compute_thread(svc, tok, monkeypatch):
+    """Sampling batches and every training client's calls run on the engine's one
+    compute thread (``local.worker``: one OpenMP team for the process), in the
+    order submitted; a collected client's queued calls still run."""
     import gc
+    import threading
 
-    tc = new_client(svc, seed=4)
-    prompt, seq = sample_one(tc.save_weights_and_get_sampling_client(), tok)
-    tc.forward_backward([grpo_datum(prompt, seq, 1.0)], "importance_sampling")
-    pending = tc.optim_step(trio.AdamParams(learning_rate=1e-2))  # still queued
-    executor = tc._executor
-    threads = list(executor._threads)
-    assert threads and all(t.is_alive() for t in threads)
-    del tc
+    from grpo_helpers.local import host as host_module
+    from grpo_helpers.local import worker
+
+    seen: list[tuple[str, int]] = []
+    generate = host_module.generate
+
+    def recorded_generate(*args, **kwargs):
+        seen.append(("sample", threading.get_ident()))
+        return generate(*args, **kwargs)
+
+    monkeypatch.setattr(host_module, "generate", recorded_generate)
+    tcs = [new_client(svc, seed=4), new_client(svc, seed=5)]
+    prompt, seq = sample_one(tcs[0].save_weights_and_get_sampling_client(), tok)
+    for n, tc in enumerate(tcs):
+        run_forward = tc._run_forward
+
+        def recorded(*args, n=n, run_forward=run_forward):
+            seen.append((f"train {n}", threading.get_ident()))
+            return run_forward(*args)
+
+        monkeypatch.setattr(tc, "_run_forward", recorded)
+        tc.forward_backward([grpo_datum(prompt, seq, 1.0)], "importance_sampling")
+    pending = tcs[1].optim_step(trio.AdamParams(learning_rate=1e-2))  # still queued
+    del tcs, tc
     gc.collect()
     assert pending.result().metrics["step"] == 1.0  # queued calls still run
-    for thread in threads:
-        thread.join(timeout=30)
-    assert executor._shutdown
-    assert not any(t.is_alive() for t in threads)
+    compute = worker.submit(threading.get_ident).result()
+    assert [name for name, _ in seen] == ["sample", "train 0", "train 1"]
+    assert {ident for _, ident in seen} == {compute} != {threading.get_ident()}
 
 
 @pytest.mark.parametrize("clip", [0.0, 1e-3])

@@ -8,8 +8,9 @@ Everything the local engine runs on one base model goes through a :class:`ModelH
   is copied before it samples (a snapshot is a few MB: copying it costs
   milliseconds, a second base model would cost hundreds of MB);
 * a lock, because only one adapter can be active at a time;
-* a :class:`SamplingScheduler`: a worker thread that merges ``sample`` requests
-  arriving close together into one batched generation.
+* a :class:`SamplingScheduler`: a thread that merges ``sample`` requests
+  arriving close together into one batched generation, which the engine's compute
+  thread decodes (:mod:`grpo_helpers.local.worker`).
 
 Introduced in: 06_async_training_loop.ipynb
 """
@@ -25,6 +26,7 @@ from typing import Any
 
 import torch
 
+from grpo_helpers.local import worker
 from grpo_helpers.local.adapters import AdapterSnapshot, LoraSpec, linear_groups
 from grpo_helpers.local.decoder import (
     Decoder,
@@ -56,7 +58,8 @@ class ModelHost:
         batch_window_s: float = 0.005,
     ) -> None:
         self.base_model = base_model
-        self.model, self.tokenizer = load_model(base_model, device=device, dtype=dtype)
+        # on the compute thread, like every other torch job (see local.worker)
+        self.model, self.tokenizer = worker.run(_load, base_model, device, dtype)
         self.device = next(self.model.parameters()).device
         #: ``"merged"`` or ``"plain"``: the sampler a merged_sampler=True service
         #: gets on this host (``decoder.choose_sampler``: plain below float32).
@@ -302,14 +305,7 @@ class SamplingScheduler:
             if not batch:
                 continue
             try:
-                with self.host.using(batch[0].weights_key, batch[0].merged) as decoder:
-                    responses = generate(
-                        decoder,
-                        self.host.tokenizer,
-                        batch,
-                        self.host.eos_token_ids,
-                        self.host.pad_token_id,
-                    )
+                responses = worker.run(self._generate, batch)
                 self.batches += 1
             except BaseException as exc:  # noqa: BLE001 - hand every failure to callers
                 for req in batch:
@@ -317,6 +313,21 @@ class SamplingScheduler:
                 continue
             for req, resp in zip(batch, responses, strict=True):
                 req.future.set_result(resp)
+
+    def _generate(self, batch: list[GenerationRequest]) -> list[Any]:
+        """One batch, decoded on the compute thread."""
+        with self.host.using(batch[0].weights_key, batch[0].merged) as decoder:
+            return generate(
+                decoder,
+                self.host.tokenizer,
+                batch,
+                self.host.eos_token_ids,
+                self.host.pad_token_id,
+            )
+
+
+def _load(base_model: str, device: str, dtype: Any) -> tuple[Any, Any]:
+    return load_model(base_model, device=device, dtype=dtype)
 
 
 _hosts: dict[tuple[str, str, str], ModelHost] = {}

@@ -2,10 +2,10 @@
 
 A :class:`LocalTrainingClient` holds one LoRA adapter on its base model's
 :class:`~grpo_helpers.local.host.ModelHost`, and its AdamW state. Its calls are
-queued on one worker thread and run in submission order, exactly as PyTRIO orders
-the events of one training run, so ``forward_backward`` and ``optim_step`` can be
-submitted back to back and awaited later. When the client is garbage collected,
-its adapter is retired and its worker thread ends:
+queued on the engine's compute thread (:mod:`grpo_helpers.local.worker`) and run in
+submission order, exactly as PyTRIO orders the events of one training run, so
+``forward_backward`` and ``optim_step`` can be submitted back to back and awaited
+later. When the client is garbage collected, its adapter is retired:
 
 =========================================== ==========================================
 ``tc.forward_backward(...)``                returns ``APIFuture``; ``.result()`` waits
@@ -29,7 +29,6 @@ import asyncio
 import uuid
 import weakref
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -46,7 +45,7 @@ from pytrio.types import (
     TensorData,
 )
 
-from grpo_helpers.local import checkpoints, forward
+from grpo_helpers.local import checkpoints, forward, worker
 from grpo_helpers.local.adapters import AdapterSnapshot, LoraSpec
 from grpo_helpers.local.host import ModelHost
 from grpo_helpers.local.models import canonical_name
@@ -101,14 +100,10 @@ class LocalTrainingClient:
         self.model_alias = host.base_model
         self.lora = _lora_run_spec(host.base_model, spec, seed, FreshLoraSource())
         self._adapter = f"train-{uuid.uuid4().hex[:8]}"
-        host.add_adapter(self._adapter, spec, seed)
+        worker.run(host.add_adapter, self._adapter, spec, seed)  # torch work
         weakref.finalize(self, host.retire, self._adapter)
         self._params = list(host.parameters(self._adapter).values())
         self._optimizer = torch.optim.AdamW(self._params, lr=1e-4)
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="grpo-local-train")
-        # When the client is collected, its worker thread ends once the calls
-        # already queued have run (each queued call holds the client until then).
-        weakref.finalize(self, self._executor.shutdown, wait=False)
         self._started = False
         self.step = 0
 
@@ -120,7 +115,7 @@ class LocalTrainingClient:
 
     def _submit(self, fn: Callable[..., Any], *args: Any) -> APIFuture:
         self._started = True
-        return APIFuture(self._executor.submit(fn, *args))
+        return APIFuture(worker.submit(fn, *args))
 
     # ---------------------------------------------------------------- forward passes
 
