@@ -125,10 +125,11 @@ def sample_step(
 ) -> Any:
     """One step's sampling, as the sync loop does it: one prompt after the other.
 
-    Each request is generated here, in this thread, as the engine's sampling
-    worker would (``host.SamplingScheduler._run``), so that the profilers, which
-    watch the thread they start in, see it; the worker's batching window (for
-    concurrent requests) is left out.
+    Each request is generated here, as the engine's sampling scheduler has it
+    generated (``host.SamplingScheduler._generate``); :func:`main` runs on the
+    engine's compute thread, so that the profilers, which watch the thread they
+    start in, see it; the scheduler's batching window (for concurrent requests) is
+    left out.
     """
     host = sampler._host
     out = []
@@ -151,6 +152,14 @@ def sample_step(
 
 
 def main(argv: list[str] | None = None) -> str:
+    """Profile on the engine's compute thread, where its torch work runs
+    (``grpo_helpers.local.worker``; on another thread a step is slower)."""
+    from grpo_helpers.local import worker
+
+    return worker.run(_profile, argv)
+
+
+def _profile(argv: list[str] | None) -> str:
     p = common.parser(__doc__, quick="tiny-random, 1 prompt x 4 completions")
     p.add_argument("--prompts", type=int, default=presets.NOTEBOOK["batch_size"])
     p.add_argument("--group-size", type=int, default=presets.NOTEBOOK["group_size"])

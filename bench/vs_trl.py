@@ -362,7 +362,14 @@ def summarize(
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    args = parse_args(argv)
+    """Both sides on the engine's compute thread (``grpo_helpers.local.worker``):
+    one OpenMP team for the process, so neither side slows the other's threads."""
+    from grpo_helpers.local import worker
+
+    return worker.run(_compare, parse_args(argv))
+
+
+def _compare(args: argparse.Namespace) -> dict[str, Any]:
     import torch
 
     from grpo_helpers.trl import mapping

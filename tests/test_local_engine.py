@@ -204,7 +204,8 @@ def test_micro_batching_gives_the_same_gradient(tmp_path, tok):
 def test_every_engine_job_runs_on_the_one_compute_thread(svc, tok, monkeypatch):
     """Sampling batches and every training client's calls run on the engine's one
     compute thread (``local.worker``: one OpenMP team for the process), in the
-    order submitted; a collected client's queued calls still run."""
+    order submitted; a collected client's queued calls still run; a sample that the
+    compute thread itself waits for does not wait forever."""
     import gc
     import threading
 
@@ -237,6 +238,10 @@ def test_every_engine_job_runs_on_the_one_compute_thread(svc, tok, monkeypatch):
     compute = worker.submit(threading.get_ident).result()
     assert [name for name, _ in seen] == ["sample", "train 0", "train 1"]
     assert {ident for _, ident in seen} == {compute} != {threading.get_ident()}
+    # A sample waited for on the compute thread itself is decoded there, at once.
+    sampler = new_client(svc, seed=6).save_weights_and_get_sampling_client()
+    nested = worker.submit(sample_one, sampler, tok).result(timeout=120)
+    assert nested[1] and seen[-1] == ("sample", compute)
 
 
 @pytest.mark.parametrize("clip", [0.0, 1e-3])

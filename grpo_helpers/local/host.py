@@ -265,6 +265,10 @@ class SamplingScheduler:
                 self._cv.notify_all()
 
     def submit(self, request: GenerationRequest) -> None:
+        if worker.on_compute_thread():  # it would wait for itself: decode it now
+            if request.future.set_running_or_notify_cancel():
+                self._finish([request])
+            return
         with self._cv:
             self._pending.append(request)
             if self._thread is None:
@@ -304,15 +308,19 @@ class SamplingScheduler:
             batch = self._take_batch()
             if not batch:
                 continue
-            try:
-                responses = worker.run(self._generate, batch)
-                self.batches += 1
-            except BaseException as exc:  # noqa: BLE001 - hand every failure to callers
-                for req in batch:
-                    req.future.set_exception(exc)
-                continue
-            for req, resp in zip(batch, responses, strict=True):
-                req.future.set_result(resp)
+            worker.run(self._finish, batch)
+
+    def _finish(self, batch: list[GenerationRequest]) -> None:
+        """Decode ``batch`` (on the compute thread) and settle its futures."""
+        try:
+            responses = self._generate(batch)
+            self.batches += 1
+        except BaseException as exc:  # noqa: BLE001 - hand every failure to callers
+            for req in batch:
+                req.future.set_exception(exc)
+            return
+        for req, resp in zip(batch, responses, strict=True):
+            req.future.set_result(resp)
 
     def _generate(self, batch: list[GenerationRequest]) -> list[Any]:
         """One batch, decoded on the compute thread."""
