@@ -96,6 +96,37 @@ PACKAGE = HERE.parent
 #: The grading process's command; None: this file, run as a script (its spec comes
 #: on stdin). As a script it imports no part of grpo_helpers, only nbgrader.
 DRIVER: list[str] | None = None
+#: The modules the grading process imports, copied beside it (stdlib, psutil,
+#: nbgrader).
+DRIVER_MODULES = ("grading", "grading_guard", "hidden_tests", "sandbox")
+#: The kernel that runs a submission in its sandbox (a kernelspec the grading
+#: process writes for each student).
+KERNEL_NAME = "grpo-sandbox"
+#: The sandboxed kernel's IPython folder: in its own ``/tmp``, the guard mounted in.
+IPYTHON_DIR = "/tmp/ipython"
+#: The teacher's environment variables a sandboxed kernel keeps (threads, locale,
+#: time zone); it gets no other (no token, no path into the teacher's files).
+KEPT_ENV = (
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "PYTHONDONTWRITEBYTECODE",
+)
+#: What ``grade(sandbox=False)`` warns on every run.
+NO_SANDBOX = (
+    "grading WITHOUT a sandbox (--no-sandbox): each submission runs as your user "
+    "and can read, write and reach whatever you can (the solutions, the key, other "
+    "students' folders, the network, your processes). Do this only where the "
+    "submissions can reach nothing else: a container or a machine of their own."
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """``grade`` was asked for a sandbox (the default), and none works here."""
 
 
 def grade(
@@ -106,6 +137,10 @@ def grade(
     total_seconds: float = 3600,
     feedback: bool = False,
     workers: int = 1,
+    sandbox: bool = True,
+    memory_mb: int = 4096,
+    max_processes: int = 1024,
+    notebook_seconds: float = 1800,
 ) -> Any:
     """Grade handed-in notebooks; write and return the grades.
 
@@ -123,6 +158,12 @@ def grade(
         feedback: also write each student's feedback (HTML, nbgrader's
             ``generate_feedback``) to ``course_dir/feedback/<student>/``.
         workers: students graded at the same time (one process each).
+        sandbox: run each kernel in a sandbox (:mod:`grpo_helpers.classroom.sandbox`);
+            False only where the submissions cannot reach anything (a container
+            or a machine of their own): it warns.
+        memory_mb: private memory of each process of a kernel, in MiB.
+        max_processes: processes (and, in the sandbox, threads) a kernel may run.
+        notebook_seconds: seconds one notebook may run in all.
 
     Returns:
         A DataFrame with ``student, notebook, exercise, points, max_points, passed,
@@ -133,13 +174,37 @@ def grade(
         there was one, or why the notebook was not graded). Also written to
         ``course_dir/grades.csv``; the graded notebooks go to
         ``course_dir/autograded/<student>/``.
+
+    Raises:
+        SandboxUnavailable: ``sandbox`` is True and a sandbox does not work here
+            (the message says why and what to do).
     """
     import pandas as pd
 
     from grpo_helpers.classroom import course
+    from grpo_helpers.classroom import sandbox as box
+    from grpo_helpers.settings import SETTINGS
 
     submissions = Path(submissions)
     course_dir = Path(course.COURSE if course_dir is None else course_dir)
+    protected = [course.ROOT, course_dir, submissions]
+    limits = box.Limits(memory_mb=int(memory_mb), processes=int(max_processes))
+    if sandbox:
+        found = box.check([p.resolve() for p in protected])
+        if not found.works:
+            raise SandboxUnavailable(
+                "grade runs each submission in a sandbox, and no sandbox works "
+                f"here.\n{found.report()}"
+            )
+        isolation = {
+            "bwrap": found.bwrap,
+            "sized_tmp": box.supports(found.bwrap, "--size"),
+            "protected": [str(p.resolve()) for p in protected],
+            "model_cache": str(Path(SETTINGS.cache_dir).expanduser() / "models"),
+        }
+    else:
+        print(f"warning: {NO_SANDBOX}", file=sys.stderr)
+        isolation = None
     built = [course_dir / "gradebook.db", course_dir / course.KEY]
     if not all(path.is_file() for path in built):
         course.build_student(course=course_dir)
@@ -168,7 +233,10 @@ def grade(
         "key": str((course_dir / course.KEY).resolve()),
         "cell_seconds": int(cell_seconds),
         "function_seconds": float(function_seconds),
+        "notebook_seconds": float(notebook_seconds),
         "feedback": bool(feedback),
+        "sandbox": isolation,
+        "limits": box.as_dict(limits),
         "kernel_env": {
             "GRPO_FAST": "1",
             "GRPO_STRICT_CHECKS": "1",
@@ -288,7 +356,7 @@ def _run_drivers(
     work = Path(tempfile.mkdtemp(prefix="grpo-grading-"))
     try:
         (work / "driver").mkdir()
-        for name in ("grading", "grading_guard", "hidden_tests"):  # stdlib, nbgrader
+        for name in DRIVER_MODULES:
             shutil.copy(HERE / f"{name}.py", work / "driver" / f"{name}.py")
         with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
             jobs = [
@@ -434,17 +502,24 @@ def _drive(spec: dict[str, Any]) -> None:
     budgets = {
         "graded": spec["function_seconds"],
         "cell": spec["cell_seconds"],
+        "notebook": spec["notebook_seconds"],
         "margin": 60,
+        "output_bytes": spec["limits"]["output_mb"] * 2**20,
     }
     work = Path(os.environ.pop("GRPO_GRADING_WORK", "") or tempfile.gettempdir())
     for name in ("OLDPWD", "_"):  # the teacher's shell: paths into the project
         os.environ.pop(name, None)
+    teacher_env = dict(os.environ)
     for student in spec["students"]:
         if not _take(results, student, str(os.getpid())):
             continue  # another grading process has it
-        root = Path(tempfile.mkdtemp(prefix="grpo-submission-"))
+        root = Path(tempfile.mkdtemp(prefix="grpo-submission-"))  # the kernel's
         private = Path(tempfile.mkdtemp(prefix="grpo-grader-"))  # not the kernel's
-        watchdog = guard.Watchdog(private / "watch")
+        kernel = private / "kernel"  # the kernel's sockets and its watch file
+        kernel.mkdir()
+        watchdog = guard.Watchdog(
+            kernel / "watch", max_processes=spec["limits"]["processes"]
+        )
         outcome: dict[str, Any] = {}
         log: io.StringIO | None = None
         try:
@@ -452,13 +527,21 @@ def _drive(spec: dict[str, Any]) -> None:
             guard.write_kernel_guard(private / "ipython")
             config = _config(spec, student, root, private)
             config.Autograde.autograde_preprocessors = guard.preprocessors(
-                key, sources, watchdog, budgets, hidden_tests.judge
+                key, sources, watchdog, budgets, hidden_tests.judge, cwd=root
             )
-            os.environ.update(spec["kernel_env"])
-            os.environ["PYTHONPATH"] = str(root)  # the kernel imports the copy
-            os.environ["PWD"] = str(root)
-            os.environ["IPYTHONDIR"] = str(private / "ipython")  # the guard
-            os.environ["GRPO_GRADING_WATCH"] = str(private / "watch")
+            os.environ.clear()
+            os.environ.update(teacher_env)
+            kernel_env = {
+                **spec["kernel_env"],
+                "PYTHONPATH": str(root),  # the kernel imports the copy
+                "PWD": str(root),
+                "IPYTHONDIR": str(private / "ipython"),  # the guard
+                "GRPO_GRADING_WATCH": str(kernel / "watch"),
+            }
+            if spec["sandbox"]:
+                _sandboxed_kernel(spec, root, private, kernel, kernel_env)
+            else:
+                os.environ.update(kernel_env)
             os.chdir(root)
             app = Autograde(coursedir=_coursedir(config), config=config)
             app.force = True
@@ -473,7 +556,7 @@ def _drive(spec: dict[str, Any]) -> None:
                 feedback = GenerateFeedback(coursedir=_coursedir(config), config=config)
                 feedback.force = True
                 feedback.start()
-            outcome = _collect(root, private, student, course_dir, spec["assignment"])
+            outcome = _collect(private, student, course_dir, spec["assignment"])
             for stem, reason in watchdog.stopped.items():
                 outcome["notebooks"].setdefault(stem, {})["stopped"] = reason
             if failure:
@@ -493,12 +576,90 @@ def _drive(spec: dict[str, Any]) -> None:
         (results / f"{student}.json").write_text(json.dumps(outcome))
 
 
+def _sandboxed_kernel(
+    spec: dict[str, Any],
+    root: Path,
+    private: Path,
+    kernel: Path,
+    kernel_env: dict[str, str],
+) -> None:
+    """Write the kernelspec that starts one student's kernel in its sandbox
+    (:mod:`sandbox`), and point Jupyter at it and at ``kernel`` for the
+    connection file and the sockets.
+
+    Inside: ``root`` writable (the kernel's working folder and home), the
+    package, the data and the model cache's entries read-only at their places in
+    it (new cache entries land in ``root``), the IPython guard read-only,
+    ``kernel`` writable. nbgrader's folders, the gradebook and the key stay in
+    ``private`` and the course directory, which it does not see.
+    """
+    box = _sibling("sandbox")
+    isolation = spec["sandbox"]
+    read_only: list[Any] = [(Path(spec["package"]), root / "grpo_helpers")]
+    if Path(spec["data"]).is_dir():
+        read_only.append((Path(spec["data"]), root / "data"))
+    # IPython wants its folder writable: a fresh one in the kernel's own /tmp,
+    # with the guard's startup file mounted read-only in it
+    startup = "profile_default/startup/00-grpo-kernel-guard.py"
+    read_only.append((private / "ipython" / startup, Path(IPYTHON_DIR) / startup))
+    cache = Path(isolation["model_cache"])
+    if cache.is_dir():
+        for entry in sorted(cache.iterdir()):
+            if entry.is_dir():
+                read_only.append((entry, root / "cache" / "models" / entry.name))
+    scripts = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{scripts}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(root),
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "GRPO_CACHE_DIR": str(root / "cache"),
+        "HF_HUB_OFFLINE": "1",
+        **{k: os.environ[k] for k in KEPT_ENV if k in os.environ},
+        **kernel_env,
+        "IPYTHONDIR": IPYTHON_DIR,
+    }
+    argv = box.command(
+        isolation["bwrap"],
+        [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            "--HistoryManager.hist_file=:memory:",
+        ],
+        writable=[root, kernel],
+        read_only=read_only,
+        chdir=root,
+        env=env,
+        limits=box.Limits(**spec["limits"]),
+        protected=[Path(p) for p in isolation["protected"]],
+        sized_tmp=isolation["sized_tmp"],
+    )
+    kernelspec = private / "jupyter" / "kernels" / KERNEL_NAME
+    kernelspec.mkdir(parents=True)
+    (kernelspec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": argv,
+                "display_name": "Python (grading sandbox)",
+                "language": "python",
+                "interrupt_mode": "message",  # a signal would reach bwrap
+            }
+        )
+    )
+    os.environ["JUPYTER_PATH"] = str(private / "jupyter")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(kernel)
+
+
 def _config(spec: dict[str, Any], student: str, root: Path, private: Path) -> Any:
-    """nbgrader's settings for one student (the gradebook in ``private``)."""
+    """nbgrader's settings for one student (its folders and the gradebook in
+    ``private``; in the sandbox, the kernel of :func:`_sandboxed_kernel`)."""
     from traitlets.config import Config
 
     config = Config()
-    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.root = str(private / "nbgrader")
     config.CourseDirectory.course_id = spec["course_id"]
     config.CourseDirectory.assignment_id = spec["assignment"]
     config.CourseDirectory.student_id = student
@@ -515,6 +676,12 @@ def _config(spec: dict[str, Any], student: str, root: Path, private: Path) -> An
     # longer, and go on with a warning.
     config.Execute.iopub_timeout = 15
     config.Execute.raise_on_iopub_timeout = False
+    if spec["sandbox"]:
+        # no network in the sandbox: ZeroMQ over Unix sockets in the kernel's folder
+        config.Execute.kernel_name = KERNEL_NAME
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(private / "kernel" / "ipc")
+        config.KernelManager.connection_file = str(private / "kernel" / "kernel.json")
     config.Autograde.create_student = True
     config.Application.log_level = "WARN"
     return config
@@ -564,14 +731,17 @@ def _capture_errors(app: Any) -> io.StringIO:
 def _prepare_root(
     root: Path, private: Path, spec: dict[str, Any], student: str
 ) -> None:
-    """The student's folder: package copy, data, submitted notebooks; the
-    gradebook goes to ``private``, outside it."""
-    shutil.copytree(spec["package"], root / "grpo_helpers", ignore=_pycache)
-    data = Path(spec["data"])
-    if data.is_dir():
-        shutil.copytree(data, root / "data", copy_function=_link_or_copy)
+    """The student's folder (``root``) and the grader's (``private``): the
+    submitted notebooks and the gradebook go to ``private``. Without the
+    sandbox, ``root`` gets a copy of the package and the data; in it, they are
+    mounted there read-only (:func:`_sandboxed_kernel`)."""
+    if not spec["sandbox"]:
+        shutil.copytree(spec["package"], root / "grpo_helpers", ignore=_pycache)
+        data = Path(spec["data"])
+        if data.is_dir():
+            shutil.copytree(data, root / "data", copy_function=_link_or_copy)
     shutil.copy(Path(spec["course"]) / "gradebook.db", private / "gradebook.db")
-    target = root / "submitted" / student / spec["assignment"]
+    target = private / "nbgrader" / "submitted" / student / spec["assignment"]
     target.mkdir(parents=True)
     for notebook in sorted((Path(spec["submissions"]) / student).glob("*.ipynb")):
         shutil.copy(notebook, target / notebook.name)
@@ -587,13 +757,13 @@ def _link_or_copy(source: str, target: str) -> None:
 
 
 def _collect(
-    root: Path, private: Path, student: str, course_dir: Path, assignment: str
+    private: Path, student: str, course_dir: Path, assignment: str
 ) -> dict[str, Any]:
     """Scores and errors of one student's graded notebooks; keep the notebooks
     and the feedback in the course directory."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    autograded = root / "autograded" / student / assignment
+    autograded = private / "nbgrader" / "autograded" / student / assignment
     keep = course_dir / "autograded" / student
     keep.mkdir(parents=True, exist_ok=True)
     notebooks: dict[str, Any] = {}
@@ -613,7 +783,7 @@ def _collect(
                 "first_error": first_error,
             }
             shutil.copy(path, keep / path.name)
-    html = root / "feedback" / student / assignment
+    html = private / "nbgrader" / "feedback" / student / assignment
     if html.is_dir():
         shutil.copytree(html, course_dir / "feedback" / student, dirs_exist_ok=True)
     return {"notebooks": notebooks}
@@ -670,4 +840,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["COLUMNS", "TOTAL", "grade"]
+__all__ = ["COLUMNS", "NO_SANDBOX", "TOTAL", "SandboxUnavailable", "grade"]
