@@ -527,7 +527,13 @@ def _drive(spec: dict[str, Any]) -> None:
             guard.write_kernel_guard(private / "ipython")
             config = _config(spec, student, root, private)
             config.Autograde.autograde_preprocessors = guard.preprocessors(
-                key, sources, watchdog, budgets, hidden_tests.judge, cwd=root
+                key,
+                sources,
+                watchdog,
+                budgets,
+                hidden_tests.judge,
+                cwd=root,
+                log=private / "kernel.log",
             )
             os.environ.clear()
             os.environ.update(teacher_env)
@@ -551,6 +557,7 @@ def _drive(spec: dict[str, Any]) -> None:
                 app.start()
             except Exception as error:  # noqa: BLE001 - a notebook nbgrader gave up on
                 failure = _summary(log.getvalue()) or str(error)
+                failure += _kernel_said(private / "kernel.log")
             guard.kill_descendants()  # nothing of the submission outlives it
             if spec["feedback"]:
                 feedback = GenerateFeedback(coursedir=_coursedir(config), config=config)
@@ -716,6 +723,32 @@ def _summary(log: str) -> str:
         if line.strip() and not line.startswith((" ", "Traceback", "---"))
     ]
     return " | ".join(lines)[:1500]
+
+
+#: What ipykernel prints at every start, on its stderr (not worth repeating).
+KERNEL_BANNER = (
+    "NOTE: When using the",
+    "To exit, you will have to",
+    '"quit" from a client',
+    "To read more about this",
+    "To connect another client",
+    "--existing",
+)
+
+
+def _kernel_said(path: Path) -> str:
+    """The last lines a kernel wrote to its stdout and stderr, ipykernel's
+    banner left out (where it failed to start, bubblewrap says why there)."""
+    try:
+        lines = path.read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = " | ".join(
+        line.strip()
+        for line in lines
+        if line.strip() and not line.strip().startswith(KERNEL_BANNER)
+    )
+    return f" | the kernel said: {said[-500:]}" if said else ""
 
 
 def _capture_errors(app: Any) -> io.StringIO:

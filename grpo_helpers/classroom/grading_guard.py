@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -344,9 +345,12 @@ def _watched_execute(
     watchdog: Watchdog,
     budgets: dict[str, Any],
     cwd: Path | None = None,
+    log: Path | None = None,
 ) -> type:
     """nbgrader's ``Execute``, with every cell's time budget told to ``watchdog``,
-    the kernel started in ``cwd`` and what the notebook prints bounded."""
+    the kernel started in ``cwd`` with its output to ``log``, and what the
+    notebook prints bounded."""
+    from nbclient.util import run_sync
     from nbgrader.preprocessors import Execute
 
     class WatchedExecute(Execute):
@@ -356,7 +360,19 @@ def _watched_execute(
         async def async_start_new_kernel(self, **kwargs: Any) -> None:
             if cwd is not None:
                 kwargs.setdefault("cwd", str(cwd))
-            await super().async_start_new_kernel(**kwargs)
+            if log is None:
+                await super().async_start_new_kernel(**kwargs)
+                return
+            # the kernel's own output file: a kernel reads what its stdout and
+            # stderr hold (/proc/self/fd), so not the grading process's log
+            with open(log, "wb") as output:
+                kwargs.setdefault("stdin", subprocess.DEVNULL)
+                kwargs.setdefault("stdout", output)
+                kwargs.setdefault("stderr", output)
+                await super().async_start_new_kernel(**kwargs)
+
+        # nbclient's synchronous name is bound to its own coroutine: rebind it
+        start_new_kernel = run_sync(async_start_new_kernel)
 
         def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
             self.printed += _size(msg.get("content") or {})
@@ -449,13 +465,15 @@ def preprocessors(
     budgets: dict[str, Any],
     judge: Any,
     cwd: Path | None = None,
+    log: Path | None = None,
 ) -> list[type]:
     """nbgrader's autograde preprocessors with two changes.
 
     * Its ``Execute`` tells ``watchdog`` which notebook and which cell runs, with
       each cell's budget (``budgets``: ``{"graded": seconds per hidden case,
       "cell": seconds for any other cell, "margin": seconds added}``) and the
-      notebook's (``"notebook"``), starts the kernel in ``cwd``, kills the
+      notebook's (``"notebook"``), starts the kernel in ``cwd`` (its stdout and
+      stderr to the file ``log``, which holds only its own), kills the
       kernel when the notebook prints more than ``"output_bytes"``, and kills
       what the kernel left when the notebook's execution ends.
     * After it, each graded cell is judged: its code must be the teacher's
@@ -468,7 +486,7 @@ def preprocessors(
 
     chain = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = chain.index(Execute)
-    watched = _watched_execute(key, watchdog, budgets, cwd)
+    watched = _watched_execute(key, watchdog, budgets, cwd, log)
     judged = _judge_hidden_tests(key, sources, judge)
     return [*chain[:at], watched, judged, *chain[at + 1 :]]
 
