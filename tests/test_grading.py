@@ -1211,6 +1211,7 @@ LEFTOVER = textwrap.dedent('''
 SNOOPER_1 = textwrap.dedent("""
     import json
     import os
+    import stat
     import sys
     from pathlib import Path
 
@@ -1237,6 +1238,15 @@ SNOOPER_1 = textwrap.dedent("""
         except OSError:
             pass
     print("the snooper read:", json.dumps(sorted(READ)))
+    HELD = set()  # files open in the sandbox: its own and its init's
+    for pid in ("self", "1"):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if stat.S_ISREG(os.stat(f"/proc/{pid}/fd/{fd}").st_mode):
+                    HELD.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+    print("the snooper holds:", json.dumps(sorted(HELD)))
     KEYS = []
     for path, text in READ.items():
         if path.endswith(".json"):
@@ -1910,8 +1920,12 @@ def test_the_snooper_reads_nothing_outside_its_folder_and_scores_zero(graded):
     """sam reads the key, the solutions file, the gradebook and ada's submission
     by their absolute paths, and looks for them walking up from the package, its
     working folder and the Python installation; it would answer with what it
-    read. Nothing is there."""
+    read. Nothing is there, and no file it holds open leads out."""
     assert _said(graded, "sam", "the snooper read:") == []
+    # the only file open in its sandbox is its kernel's own output (not the
+    # grading process's log, which it could read back through /proc/self/fd)
+    held = _said(graded, "sam", "the snooper holds:")
+    assert held and all(Path(h).name == "kernel.log" for h in held), held
     assert list(_rows(graded.grades, "sam")["points"]) == [0.0, 0.0]
 
 
