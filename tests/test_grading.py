@@ -10,9 +10,10 @@ grader that cannot be gamed.
   an answer that delegates to a package function the exercise rules out, however
   it reaches it (in this process, no nbgrader: quick; each run as the grader does,
   in the kernel, then judged against the key);
-* nbgrader grades notebook 03 handed in by eleven students (one grading run, two
-  students at a time, shared by the tests below it, each asserting its own
-  student's rows): the solutions get full marks; delegating to the solutions,
+* nbgrader grades notebook 03 handed in by eighteen students, each kernel in its
+  sandbox (one grading run, two students at a time, shared by the tests below it
+  and by the session's xdist workers, each test asserting its own student's
+  rows): the solutions get full marks; delegating to the solutions,
   reading the solution files, patching ``checks``, hard-coding the visible
   examples, calling the package's own function and each attack of issue 38 (a
   fresh copy, a rebuilt function, a re-import, a hunt for the expected values,
@@ -20,8 +21,15 @@ grader that cannot be gamed.
   zero; an endless loop is stopped and reported while the notebook goes on; a
   correct submission with a cell slower than the function limit (a slow import on
   a loaded machine) gets full marks; the submissions run where the solutions are
-  not; the grades file has a row per exercise and a total per student;
-  ``--feedback`` writes each student's feedback;
+  not; each attack of issue 47 scores zero and changes nothing (the snooper, the
+  vandal, the caller, the signaller, the lingerer, the threader, the hog: the
+  course directory's hashes, a listener at 127.0.0.1, a process of the teacher's
+  and the processes left are recorded around the run); the grades file has a row
+  per exercise and a total per student; ``--feedback`` writes each student's
+  feedback;
+* the sandbox: a command in it sees, writes and reaches only what it is given;
+  ``grade --check-sandbox`` says whether it works; ``grade`` stops and says why
+  where none works, and ``--no-sandbox`` warns and grades;
 * around the kernel (stand-in processes, no nbgrader): the per-student time budget
   stops a grading process that hangs, a daemon left by a kernel is adopted and
   killed, the watchdog kills past a deadline or a cell's budget.
@@ -56,6 +64,7 @@ from pathlib import Path
 import nbformat
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 from wrong_loops import WRONG_LOOPS
 
@@ -874,7 +883,7 @@ def test_checks_stop_an_endless_loop_when_a_limit_is_set(monkeypatch, capsys):
 
 
 # ----------------------------------------------------------------------------------
-# nbgrader grades notebook 03 handed in by five students
+# nbgrader grades notebook 03 handed in by eighteen students
 # ----------------------------------------------------------------------------------
 
 
@@ -1712,6 +1721,8 @@ def graded(tmp_path_factory):
     the session's xdist workers: the first to need it grades, the other waits."""
     from filelock import FileLock
 
+    if not sys.platform.startswith("linux"):
+        pytest.skip("grade runs each kernel in a sandbox, which is Linux's")
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # one folder for every worker of this session
@@ -2307,5 +2318,48 @@ def test_the_watchdog_kills_past_a_deadline_it_was_told_or_a_cell_budget(
             assert reason.endswith("its kernel was killed")
             watchdog.close()
         finally:
+            root.kill()
+            root.wait()
+
+
+def test_the_watchdog_kills_past_a_notebook_budget_or_too_many_processes(tmp_path):
+    """A notebook's budget (begin_notebook), and more processes below the grading
+    process than ``max_processes`` allows (a fork bomb where the sandbox's own
+    limit does not bind), stop the kernel too."""
+    from grpo_helpers.classroom import grading_guard
+
+    sleeper = "import signal, subprocess, sys, time\n" + (
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"  # no zombies to wait for
+        "for _ in range(int(sys.argv[1])):\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
+    for how, children in (("notebook", 1), ("processes", 6)):
+        root = subprocess.Popen([sys.executable, "-c", sleeper, str(children)])
+        watchdog = None
+        try:
+            for _ in range(300):  # until its children run
+                if len(psutil.Process(root.pid).children()) == children:
+                    break
+                time.sleep(0.05)
+            limit = 3 if how == "processes" else None
+            watchdog = grading_guard.Watchdog(
+                tmp_path / "watch", root=root.pid, every=0.05, max_processes=limit
+            )
+            watchdog.begin_notebook("03_x", 0.1 if how == "notebook" else None)
+            for _ in range(100):
+                if "03_x" in watchdog.stopped:
+                    break
+                time.sleep(0.05)
+            reason = watchdog.stopped["03_x"]
+            assert reason.startswith(
+                "stopped: the notebook ran past 0.1 s"
+                if how == "notebook"
+                else "stopped: it ran more than 3 processes"
+            ), reason
+            assert psutil.Process(root.pid).children() == []
+        finally:
+            if watchdog is not None:
+                watchdog.close()
             root.kill()
             root.wait()

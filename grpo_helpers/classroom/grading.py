@@ -8,15 +8,34 @@ nbgrader's ``autograde`` restores each graded cell with its hidden tests
 (``GRPO_FAST=1``) with strict checks (``GRPO_STRICT_CHECKS=1``). A graded cell
 that runs without an error earns its point.
 
-**Where a submission runs.** Each student is graded in a fresh folder of its own
-directly in the system's temporary directory, made just before and removed just
-after: a copy of ``grpo_helpers``, the data and that student's notebooks, and
-nothing else. The kernel imports that copy (``PYTHONPATH``), so every path the
-package computes (``SETTINGS.project_root``, ``course.SOLUTIONS``) points into
-the folder, where ``notebooks/solutions/`` does not exist; the folder is not
-inside the project, so no relative path leads back to it. A submission that opens
-the solutions through the package's paths, or calls the teacher's loader
+**Where a submission runs.** Each student is graded in two fresh folders directly in
+the system's temporary directory, made just before and removed just after: the
+student's own (the kernel's working folder and home) and the grading process's
+(nbgrader's folders with the submitted and the graded notebooks, the gradebook, the
+kernel's connection file). The kernel imports the package from the student's
+folder (``PYTHONPATH``), so every path the package computes
+(``SETTINGS.project_root``, ``course.SOLUTIONS``) points into it, where
+``notebooks/solutions/`` does not exist. A submission that opens the solutions
+through the package's paths, or calls the teacher's loader
 (``course._load_solutions``, which the hidden tests also make raise), fails.
+
+**The sandbox.** On Linux each kernel runs in a sandbox of its own
+(:mod:`grpo_helpers.classroom.sandbox`, bubblewrap): it sees the student's folder
+(writable), the package, the data, the Python environment and the model
+(read-only, the package and the data mounted into the student's folder) and a
+private ``/tmp``; not the course directory (the source notebooks, the solutions,
+the key, the gradebook), not the submissions, not the other students' folders,
+not the teacher's home. It has no network (it talks to the grading process over
+Unix sockets), its own PIDs (it can neither see nor signal the grader or another
+submission, and all it started dies with it) and limits: each process's memory
+(``memory_mb``), the number of processes (``max_processes``; the watchdog counts
+them too), the size of a file and what a notebook prints. What crosses the
+boundary is the notebook in and the executed notebook out; the grading process,
+outside, keeps the key, reads only what the kernel printed and writes the grades.
+Where no sandbox works (not Linux, no user namespaces), :func:`grade` stops
+and says why and what to do; ``sandbox=False`` (``--no-sandbox``) grades without
+one, as the teacher's user, with a warning on every run: only where the
+submissions can reach nothing else.
 
 **Where the answers are.** Nowhere the learner's code runs. A graded cell's hidden
 tests hold the cases, not the expected values: they print what the learner's
@@ -29,14 +48,9 @@ surrounds the kernel: a startup file that makes graded cells immune to the
 notebook's IPython hooks (input and AST transformers, custom exception handlers),
 the verdict, the watchdog and the killing of leftovers.
 
-This is not a sandbox: the code of a submission runs as the teacher's user. It
-does not stop a submission that searches the file system (the project by absolute
-path or through the Python installation, whose ``notebooks/solutions/`` and course
-directory the teacher's machine holds; the temporary directory where, with
-``workers`` > 1, another student's folder exists at the same time), rewrites
-Python's builtins or the kernel's own machinery, or attacks the grading processes
-(kills them, reads their memory) or other files. For that, grade in a container
-or as a user who cannot read the project (``docs/teaching.md``).
+What the sandbox does not hold is in :mod:`grpo_helpers.classroom.sandbox` (the
+kernel still runs the teacher's Python and Linux kernel: an exploit of them is out
+of its reach) and ``docs/teaching.md``.
 
 **Time limits.** Two kinds of slowness must not be confused: a cell that imports
 torch or trains for a minute on a busy machine, and an endless loop in a learner's
@@ -55,17 +69,19 @@ process each case's deadline, and :data:`grading_guard.GRACE` (3) seconds after 
 kernel and everything it started are killed; the notebook then gets no more points
 and the reason is in the grades file. A graded cell also has a budget that the
 kernel cannot change (``function_seconds`` per hidden case and check, plus a
-margin), any other cell ``cell_seconds`` (900 by default) plus the margin; past
-it, the same. Nothing a kernel started outlives its notebook's execution: the
-grading process adopts orphans and kills them all before the grades are written.
+margin), any other cell ``cell_seconds`` (900 by default) plus the margin, a
+notebook ``notebook_seconds`` (1800); past it, the same. Nothing a kernel started
+outlives its notebook's execution: the grading process adopts orphans and kills
+them all before the grades are written (in the sandbox they die with its PID
+namespace anyway).
 ``total_seconds`` per student (3600 by default) is the last backstop: the
 student's grading process is then stopped, that student's notebooks get no points
 with the reason in the grades file, and grading goes on with the next student.
 
 The module is longer than most and stays whole: the grading process runs this very
-file as a script (copied beside ``grading_guard.py`` and ``hidden_tests.py``, and
-importing no other part of the package), so what that process does lives here
-beside what starts it and reads what it wrote.
+file as a script (copied beside ``grading_guard.py``, ``hidden_tests.py`` and
+``sandbox.py``, and importing no other part of the package), so what that process
+does lives here beside what starts it and reads what it wrote.
 
 Introduced in: docs/teaching.md (for teachers)
 """

@@ -21,9 +21,11 @@ grade:
   orphan of the kernel (Linux's child subreaper), and kills every process below
   it when a notebook's execution ends, before anything of the grade is written.
 
-Not a sandbox: the kernel runs as the teacher's user and can read what that user
-reads or signal its processes. Grade in a container or as a user who cannot read
-the project for that (``docs/teaching.md``).
+These are a second line: the first is the sandbox the kernel runs in
+(:mod:`grpo_helpers.classroom.sandbox`), which keeps it from the teacher's files,
+the network and other processes. The watchdog also kills a kernel that runs too
+many processes (where the sandbox's own limit does not bind, as for root) and
+:func:`preprocessors` one that prints too much.
 
 This file is copied next to the grading process's script and imported from
 there: it needs only the standard library, psutil and (in :func:`preprocessors`)
