@@ -1332,6 +1332,14 @@ CALLER = textwrap.dedent("""
     def smallest_group_size(pass_rate, max_degenerate):
         return None
 """)
+#: Prints 25 MB, past what a notebook may print (20 MB).
+FLOOD = textwrap.dedent("""
+    print("x" * 25 * 2**20)
+
+
+    def success_advantage(group_size, num_successes, scale="none"):
+        return None
+""")
 #: Stops and kills its parent, a process of the teacher's (``BYSTANDER``) and
 #: every process it can list (outside a sandbox, where it lists the machine's,
 #: only the first two: a broken sandbox fails the test, not the machine).
@@ -1620,7 +1628,7 @@ def _students(notebooks: Path, course_dir: Path, port: int, bystander: int):
         # issue 47
         "sam": [given(TARGETS=snooped, VISIBLE=visible) + SNOOPER_1, SNOOPER_2],
         "val": [given(TARGETS=vandalised, NEW_FILES=new_files) + VANDAL, STUB_2],
-        "cal": [given(PORT=port) + CALLER, STUB_2],
+        "cal": [given(PORT=port) + CALLER, FLOOD],
         "sid": [given(BYSTANDER=bystander) + SIGNALLER, STUB_2],
         "lin": [given(TARGETS=lingered, MARKER=MARKER) + LINGERER, STUB_2],
         "tom": [ON_A_NEW_THREAD, IN_A_PROCESS_POOL],
@@ -1960,6 +1968,17 @@ def test_the_caller_reaches_no_network_and_scores_zero(graded):
     assert got[1].startswith("no name resolution"), got
     assert graded.seen["heard"] == []
     assert list(_rows(graded.grades, "cal")["points"]) == [0.0, 0.0]
+
+
+@pytest.mark.notebook
+def test_a_notebook_that_prints_too_much_is_stopped(graded):
+    """cal's second cell prints 25 MB: its kernel is killed, nothing of it is kept
+    and the rest of the notebook scores 0."""
+    cal = _rows(graded.grades, "cal")
+    error = cal.loc["exercise-2", "error"]
+    assert "the notebook printed more than 20 MB" in error, error
+    notebook = graded.course_dir / "autograded" / "cal" / f"{NOTEBOOK}.ipynb"
+    assert notebook.stat().st_size < 2**20
 
 
 @pytest.mark.notebook
