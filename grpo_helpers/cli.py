@@ -482,10 +482,42 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
         "<course>/feedback/<student>/<notebook>.html (nbgrader's "
         "generate_feedback). Time limits: the learner's code in each check and "
         "each hidden test's call (--function-seconds) stops endless loops; "
-        "--cell-seconds and --total-seconds (per student) are generous "
-        "backstops.",
+        "--cell-seconds, --notebook-seconds and --total-seconds (per student) "
+        "are generous backstops. On Linux each kernel runs in a sandbox "
+        "(bubblewrap) that sees only its own folder, no network and only its "
+        "own processes; --check-sandbox says whether it works here.",
     )
-    p.add_argument("submissions", help="a folder with one sub-folder per student")
+    p.add_argument(
+        "submissions",
+        nargs="?",
+        help="a folder with one sub-folder per student",
+    )
+    p.add_argument(
+        "--check-sandbox",
+        action="store_true",
+        help="say which bubblewrap grading uses and whether its sandbox works "
+        "here, then stop (exit code 1 when it does not)",
+    )
+    p.add_argument(
+        "--no-sandbox",
+        action="store_true",
+        help="run the submissions without a sandbox, as your user, where they can "
+        "read, write and reach what you can: only inside a container or a machine "
+        "that holds nothing else (it warns on every run)",
+    )
+    p.add_argument(
+        "--memory-mb",
+        type=int,
+        default=4096,
+        help="private memory of each process of a kernel, in MiB (default 4096)",
+    )
+    p.add_argument(
+        "--max-processes",
+        type=int,
+        default=1024,
+        help="processes (in the sandbox, and threads) one kernel may run "
+        "(default 1024)",
+    )
     p.add_argument(
         "--course",
         default=str(SETTINGS.project_root / "build" / "grading"),
@@ -512,6 +544,12 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
         help="seconds a cell may run before it is interrupted (default 900)",
     )
     p.add_argument(
+        "--notebook-seconds",
+        type=float,
+        default=1800,
+        help="seconds one notebook may run in all (default 1800)",
+    )
+    p.add_argument(
         "--total-seconds",
         type=float,
         default=3600,
@@ -527,20 +565,34 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
 
 def cmd_grade(args: argparse.Namespace) -> int:
     """``grpo grade``: grade handed-in notebooks and write ``grades.csv``."""
-    from grpo_helpers.classroom import grading
+    from grpo_helpers.classroom import grading, sandbox
 
+    if args.check_sandbox:
+        found = sandbox.check([SETTINGS.project_root, Path(args.course)])
+        print(found.report())
+        return 0 if found.works else 1
+    if args.submissions is None:
+        raise ValueError("grade needs the folder of submissions (or --check-sandbox)")
     submissions = Path(args.submissions)
     if not submissions.is_dir():
         raise ValueError(f"{submissions} is not a folder of student sub-folders")
-    grades = grading.grade(
-        submissions,
-        Path(args.course),
-        function_seconds=args.function_seconds,
-        cell_seconds=args.cell_seconds,
-        total_seconds=args.total_seconds,
-        feedback=args.feedback,
-        workers=args.workers,
-    )
+    try:
+        grades = grading.grade(
+            submissions,
+            Path(args.course),
+            function_seconds=args.function_seconds,
+            cell_seconds=args.cell_seconds,
+            total_seconds=args.total_seconds,
+            feedback=args.feedback,
+            workers=args.workers,
+            sandbox=not args.no_sandbox,
+            memory_mb=args.memory_mb,
+            max_processes=args.max_processes,
+            notebook_seconds=args.notebook_seconds,
+        )
+    except grading.SandboxUnavailable as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     if grades.empty:
         print(f"No submitted notebooks found in {submissions}")
         return 1

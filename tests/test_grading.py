@@ -10,9 +10,10 @@ grader that cannot be gamed.
   an answer that delegates to a package function the exercise rules out, however
   it reaches it (in this process, no nbgrader: quick; each run as the grader does,
   in the kernel, then judged against the key);
-* nbgrader grades notebook 03 handed in by eleven students (one grading run, two
-  students at a time, shared by the tests below it, each asserting its own
-  student's rows): the solutions get full marks; delegating to the solutions,
+* nbgrader grades notebook 03 handed in by eighteen students, each kernel in its
+  sandbox (one grading run, two students at a time, shared by the tests below it
+  and by the session's xdist workers, each test asserting its own student's
+  rows): the solutions get full marks; delegating to the solutions,
   reading the solution files, patching ``checks``, hard-coding the visible
   examples, calling the package's own function and each attack of issue 38 (a
   fresh copy, a rebuilt function, a re-import, a hunt for the expected values,
@@ -20,8 +21,15 @@ grader that cannot be gamed.
   zero; an endless loop is stopped and reported while the notebook goes on; a
   correct submission with a cell slower than the function limit (a slow import on
   a loaded machine) gets full marks; the submissions run where the solutions are
-  not; the grades file has a row per exercise and a total per student;
-  ``--feedback`` writes each student's feedback;
+  not; each attack of issue 47 scores zero and changes nothing (the snooper, the
+  vandal, the caller, the signaller, the lingerer, the threader, the hog: the
+  course directory's hashes, a listener at 127.0.0.1, a process of the teacher's
+  and the processes left are recorded around the run); the grades file has a row
+  per exercise and a total per student; ``--feedback`` writes each student's
+  feedback;
+* the sandbox: a command in it sees, writes and reaches only what it is given;
+  ``grade --check-sandbox`` says whether it works; ``grade`` stops and says why
+  where none works, and ``--no-sandbox`` warns and grades;
 * around the kernel (stand-in processes, no nbgrader): the per-student time budget
   stops a grading process that hangs, a daemon left by a kernel is adopted and
   killed, the watchdog kills past a deadline or a cell's budget.
@@ -38,18 +46,25 @@ import inspect
 import io
 import json
 import numbers
+import os
 import re
+import shutil
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 import types
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import nbformat
 import numpy as np
 import pandas as pd
+import psutil
 import pytest
 from wrong_loops import WRONG_LOOPS
 
@@ -868,7 +883,7 @@ def test_checks_stop_an_endless_loop_when_a_limit_is_set(monkeypatch, capsys):
 
 
 # ----------------------------------------------------------------------------------
-# nbgrader grades notebook 03 handed in by five students
+# nbgrader grades notebook 03 handed in by eighteen students
 # ----------------------------------------------------------------------------------
 
 
@@ -1154,7 +1169,8 @@ CANCELS = textwrap.dedent("""
             time.sleep(1)
 """)
 #: A process in a session of its own that outlives the notebook and rewrites
-#: the grades: this student's results file, then the grades file.
+#: the grades: this student's results file, then the grades file. It marks its
+#: own folder (``kit-canary``) to show that it ran.
 LEFTOVER = textwrap.dedent('''
     import os
     import subprocess
@@ -1163,7 +1179,7 @@ LEFTOVER = textwrap.dedent('''
 
     FORGE = """
     import json, pathlib, time
-    course, canary = pathlib.Path({course!r}), pathlib.Path({canary!r})
+    course, canary = pathlib.Path({course!r}), pathlib.Path("kit-canary")
     grades = {{"exercise-1": [1.0, 1.0], "exercise-2": [1.0, 1.0]}}
     forged = {{"notebooks": {{"{notebook}": {{"grades": grades, "errors": {{}}}}}}}}
     for _ in range(900):
@@ -1177,28 +1193,387 @@ LEFTOVER = textwrap.dedent('''
                 out.write("kit,forged\\\\n")
     """
     subprocess.Popen(
-        [sys.executable, "-c", FORGE],
+        [sys.executable, "-c", FORGE, {marker!r}],
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
     for _ in range(300):  # until it runs (a loaded machine starts it slowly)
-        if os.path.exists({canary!r}):
+        if os.path.exists("kit-canary"):
             break
         time.sleep(0.1)
+    print("kit's forger runs:", os.path.exists("kit-canary"))
 
 
     def smallest_group_size(pass_rate, max_degenerate):
         return None
 ''')
 
+# The students of issue 47, who attack the machine or the watch. Each cell starts
+# with the constants the test gives it (``TARGETS``: absolute paths it should not
+# reach; ``VISIBLE``: the visible cases' values); each prints what it got, and
+# answers with whatever it found (so that anything found would earn points).
 
-@pytest.fixture(scope="module")
-def graded(edition, tmp_path_factory):
-    """One grading run (the CLI, with --feedback) of eleven students."""
-    _, notebooks, course_dir = edition
-    folder = tmp_path_factory.mktemp("submissions")
-    spy = folder.parent / "fay-saw.json"
+#: Reads the key, the solutions and another student's submission: by the
+#: absolute paths it was given, and wherever walking up from the package's file,
+#: its working folder (the notebook's) and the Python installation leads.
+SNOOPER_1 = textwrap.dedent("""
+    import json
+    import os
+    import stat
+    import sys
+    from pathlib import Path
+
+    import grpo_helpers
+
+    LOOK_FOR = [
+        "notebooks/solutions/03_group_advantages.py",
+        "build/grading/hidden_key.json",
+        "hidden_key.json",
+        "gradebook.db",
+        "grpo-grader-*/gradebook.db",
+        "grpo-grader-*/nbgrader/submitted/*/*/*.ipynb",
+        "*/ada/03_group_advantages.ipynb",
+    ]
+    found = list(TARGETS)
+    for start in (grpo_helpers.__file__, os.getcwd(), sys.prefix):
+        for folder in Path(start).resolve().parents:
+            for pattern in LOOK_FOR:
+                found += [str(path) for path in folder.glob(pattern)]
+    READ = {}
+    for path in found:
+        try:
+            READ[path] = Path(path).read_bytes()
+        except OSError:
+            pass
+    print("the snooper read:", json.dumps(sorted(READ)))
+    HELD = set()  # files open in the sandbox: its own and its init's
+    for pid in ("self", "1"):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if stat.S_ISREG(os.stat(f"/proc/{pid}/fd/{fd}").st_mode):
+                    HELD.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+            except OSError:
+                pass
+    print("the snooper holds:", json.dumps(sorted(HELD)))
+    KEYS = []
+    for path, text in READ.items():
+        if path.endswith(".json"):
+            KEYS += [entry for nb in json.loads(text).values() for entry in nb.values()]
+        if path.endswith(".py"):
+            exec(text.decode())  # the solutions: smallest_group_size among them
+    if "smallest_group_size" not in globals():
+
+        def smallest_group_size(pass_rate, max_degenerate):
+            return None
+""")
+SNOOPER_2 = textwrap.dedent("""
+    def success_advantage(group_size, num_successes, scale="none"):
+        case = (group_size, num_successes, scale)
+        if case in VISIBLE:
+            return VISIBLE[case]
+        for entry in KEYS:  # the key, had it been read
+            shown = entry["shown"]
+            if entry["exercise"] == "success_advantage" and repr(case) in shown:
+                return entry["expected"][shown.index(repr(case))]
+        return None
+""")
+#: Writes into the gradebook, the key, another submission, the source notebooks
+#: (appends to them) and the project's notebooks folder (a new file); makes the
+#: grader's watch file a link to the key.
+VANDAL = textwrap.dedent("""
+    import os
+    from pathlib import Path
+
+    import grpo_helpers
+
+    found = list(TARGETS)
+    for start in (grpo_helpers.__file__, os.getcwd()):
+        for folder in Path(start).resolve().parents:
+            for pattern in ("grpo-grader-*/gradebook.db", "grpo-grader-*/*.json"):
+                found += [str(path) for path in folder.glob(pattern)]
+    WROTE = []
+    for path in found:
+        try:
+            with open(path, "ab") as out:
+                out.write(b"the vandal was here")
+            WROTE.append(path)
+        except OSError:
+            pass
+    for path in NEW_FILES:
+        try:
+            Path(path).write_text("the vandal was here")
+            WROTE.append(path)
+        except OSError:
+            pass
+    print("the vandal wrote:", sorted(WROTE))
+    # the grader's watch file, in the kernel's folder, made a link to the key:
+    # a grader that writes it would write the key
+    WATCH = os.environ.get("GRPO_GRADING_WATCH", "")
+    if os.path.lexists(WATCH):
+        os.unlink(WATCH)
+    os.symlink(TARGETS[1], WATCH)
+    print("the vandal linked:", WATCH, "->", os.readlink(WATCH))
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        return None
+""")
+#: Connects to a port the test listens on at 127.0.0.1; resolves a host name.
+CALLER = textwrap.dedent("""
+    import socket
+
+    GOT = []
+    try:
+        with socket.create_connection(("127.0.0.1", PORT), timeout=5) as line:
+            line.sendall(b"the caller was here")
+        GOT.append("connected")
+    except OSError as error:
+        GOT.append(f"no connection: {error}")
+    try:
+        GOT.append(f"resolved: {socket.getaddrinfo('pypi.org', 443)[0][4]}")
+    except OSError as error:
+        GOT.append(f"no name resolution: {error}")
+    print("the caller got:", GOT)
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        return None
+""")
+#: Prints 25 MB, past what a notebook may print (20 MB).
+FLOOD = textwrap.dedent("""
+    print("x" * 25 * 2**20)
+
+
+    def success_advantage(group_size, num_successes, scale="none"):
+        return None
+""")
+#: Stops and kills its parent, a process of the teacher's (``BYSTANDER``) and
+#: every process it can list (outside a sandbox, where it lists the machine's,
+#: only the first two: a broken sandbox fails the test, not the machine).
+SIGNALLER = textwrap.dedent("""
+    import os
+    import signal
+
+    listed = {int(entry) for entry in os.listdir("/proc") if entry.isdigit()}
+    targets = {os.getppid(), BYSTANDER, *listed} - {os.getpid()}
+    if len(listed) > 50:
+        targets = {os.getppid(), BYSTANDER}
+    SENT = []
+    for pid in sorted(targets):
+        for number in (signal.SIGSTOP, signal.SIGKILL):
+            try:
+                os.kill(pid, number)
+                SENT.append(f"{number.name} {pid}")
+            except OSError:
+                pass
+    print("the signaller sent:", SENT)
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        return None
+""")
+#: Leaves a detached process that waits, then writes into the course directory
+#: again and again.
+LINGERER = textwrap.dedent('''
+    import subprocess
+    import sys
+
+    LINGER = f"""
+    import time
+    time.sleep(3)  # until its notebook has ended
+    for _ in range(600):
+        for path in {TARGETS!r}:
+            try:
+                with open(path, "a") as out:
+                    out.write("the lingerer was here\\\\n")
+            except OSError:
+                pass
+        time.sleep(0.1)
+    """
+    subprocess.Popen(
+        [sys.executable, "-c", LINGER, MARKER],
+        start_new_session=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    print("the lingerer left a process")
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        return None
+''')
+#: A copy of the module loaded before the hidden test, called from a thread the
+#: answer starts (only the watch the hidden test sets on new threads sees it).
+ON_A_NEW_THREAD = textwrap.dedent("""
+    import importlib.util
+    import threading
+
+    from grpo_helpers import advantages
+
+    _spec = importlib.util.spec_from_file_location("_copy", advantages.__file__)
+    _copy = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_copy)
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        got = []
+
+        def search():
+            group_size = 2
+            while _copy.degenerate_probability(pass_rate, group_size) > max_degenerate:
+                group_size += 1
+            got.append(group_size)
+
+        thread = threading.Thread(target=search)
+        thread.start()
+        thread.join()
+        return got[0] if got else None
+""")
+#: The package's function, run by a process pool whose worker was started
+#: before the hidden test (no process starts during it).
+IN_A_PROCESS_POOL = textwrap.dedent("""
+    import concurrent.futures
+    import multiprocessing
+
+    from grpo_helpers import advantages
+
+    POOL = concurrent.futures.ProcessPoolExecutor(
+        1, mp_context=multiprocessing.get_context("fork")
+    )
+    POOL.submit(int, 0).result()  # its worker runs from here on
+
+
+    def success_advantage(group_size, num_successes, scale="none"):
+        rewards = [1.0] * num_successes + [0.0] * (group_size - num_successes)
+        done = POOL.submit(advantages.group_advantages, rewards, scale=scale)
+        return float(done.result()[0])
+""")
+#: Asks for 16 GiB (numpy's zeros: pages untouched, so no harm where it is
+#: allowed); then forks until refused (at most 2000 times).
+MEMORY_HOG = textwrap.dedent("""
+    import numpy as np
+
+    try:
+        HOG = np.zeros(16 * 2**30, dtype=np.uint8)
+        print("the hog got 16 GiB")
+    except MemoryError as error:
+        print(f"the hog was refused memory: {error}")
+        raise
+
+
+    def smallest_group_size(pass_rate, max_degenerate):
+        return None
+""")
+FORK_HOG = textwrap.dedent("""
+    import os
+    import time
+
+    forked = 0
+    try:
+        for _ in range(2000):
+            if os.fork() == 0:
+                time.sleep(600)
+                os._exit(0)
+            forked += 1
+        print(f"the hog forked {forked} processes, never refused")
+    except OSError as error:
+        print(f"the hog was refused after {forked} processes: {error}")
+        raise
+
+
+    def success_advantage(group_size, num_successes, scale="none"):
+        return None
+""")
+
+
+#: Processes the grading run's kernels start may use at once (the fork hog's
+#: limit; an honest kernel runs a few).
+MAX_PROCESSES = 64
+#: In the command line of every process the attacks leave (to look for survivors).
+MARKER = f"grpo-attack-{uuid.uuid4().hex}"
+#: The grading run's outputs in the course directory: what changes legitimately.
+OUTPUTS = ("grades.csv", "autograded", "feedback", "results")
+
+
+class _Listener:
+    """A TCP server at 127.0.0.1 that records every connection it gets."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.server.settimeout(0.2)
+        self.port = self.server.getsockname()[1]
+        self.heard: list[str] = []
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._done.is_set():
+            try:
+                line, _ = self.server.accept()
+            except OSError:
+                continue
+            with line:
+                line.settimeout(2)
+                try:
+                    self.heard.append(line.recv(100).decode(errors="replace"))
+                except OSError:
+                    self.heard.append("(a connection)")
+
+    def close(self) -> list[str]:
+        self._done.set()
+        self._thread.join()
+        self.server.close()
+        return self.heard
+
+
+def _hashes(*folders: Path) -> dict[str, str]:
+    """``{path: sha256}`` of every file under ``folders``, the grading run's
+    outputs in a course directory left out."""
+    import hashlib
+
+    hashes = {}
+    for folder in folders:
+        for path in sorted(folder.rglob("*")):
+            if path.relative_to(folder).parts[0] in OUTPUTS or not path.is_file():
+                continue
+            hashes[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest()
+    return hashes
+
+
+def _changed(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return sorted(
+        p for p in before.keys() | after.keys() if before.get(p) != after.get(p)
+    )
+
+
+def _alive(pid: int) -> str:
+    """The status of process ``pid`` ("running", "sleeping", "stopped"...)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status()
+    except psutil.Error:
+        return "gone"
+
+
+def _survivors() -> list[str]:
+    """Command lines of the processes whose command line holds :data:`MARKER`."""
+    import psutil
+
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if MARKER in line:
+            found.append(line[-200:])
+    return found
+
+
+def _students(notebooks: Path, course_dir: Path, port: int, bystander: int):
+    """``{student: notebook}``: the honest students, the cheats of issue 22, the
+    attacks of issue 38 and those of issue 47."""
     solutions = [_solution("smallest_group_size"), _solution("success_advantage")]
     visible = _visible_success_advantages()
     cheats = dict(CHEATS)
@@ -1228,14 +1603,29 @@ def graded(edition, tmp_path_factory):
             "solutions_exist": (SETTINGS.project_root / "notebooks/solutions").exists(),
             "cwd": os.getcwd(),
         }}
-        with open({str(spy)!r}, "w") as out:
-            json.dump(seen, out)
+        print("fay saw:", json.dumps(seen))
 
     """)
-    canary = folder.parent / "kit-canary"
-    leftover = LEFTOVER.format(
-        course=str(course_dir), canary=str(canary), notebook=NOTEBOOK
-    )
+    leftover = LEFTOVER.format(course=str(course_dir), notebook=NOTEBOOK, marker=MARKER)
+    key = course_dir / course.KEY
+    ada = course_dir.parent / "submissions" / "ada" / f"{NOTEBOOK}.ipynb"
+    sources = sorted((course_dir / "source" / course.ASSIGNMENT).glob("*.ipynb"))
+    solutions_file = course.SOLUTIONS / f"{NOTEBOOK}.py"
+    gradebook = course_dir / "gradebook.db"
+
+    def given(**constants):
+        return "".join(f"{k} = {v!r}\n" for k, v in constants.items()) + "\n\n"
+
+    snooped = [str(key), str(solutions_file), str(ada), str(gradebook)]
+    vandalised = [str(p) for p in (gradebook, key, ada, *sources)]
+    new_files = [
+        str(ROOT / "notebooks" / "vandal-was-here.txt"),
+        str(course_dir / "vandal-was-here.txt"),
+    ]
+    lingered = [
+        str(course_dir / "lingerer-was-here.txt"),
+        str(course_dir / "grades.csv"),
+    ]
     attacks = {
         "gus": [FRESH_COPY, REBUILT],
         "hal": [REIMPORT, HUNT.format(visible=visible)],
@@ -1243,33 +1633,127 @@ def graded(edition, tmp_path_factory):
         "kit": [CUSTOM_EXC + leftover, STUB_2],
         "kim": [SWALLOWS, solutions[1]],
         "lee": [CANCELS, solutions[1]],
+        # issue 47
+        "sam": [given(TARGETS=snooped, VISIBLE=visible) + SNOOPER_1, SNOOPER_2],
+        "val": [given(TARGETS=vandalised, NEW_FILES=new_files) + VANDAL, STUB_2],
+        "cal": [given(PORT=port) + CALLER, FLOOD],
+        "sid": [given(BYSTANDER=bystander) + SIGNALLER, STUB_2],
+        "lin": [given(TARGETS=lingered, MARKER=MARKER) + LINGERER, STUB_2],
+        "tom": [ON_A_NEW_THREAD, IN_A_PROCESS_POOL],
+        "ezra": [MEMORY_HOG, FORK_HOG],
     }
-    students = {
+    return {
         "ada": _submission(notebooks, solutions, lean=False),
         **{name: _submission(notebooks, answers) for name, answers in cheats.items()},
         "eve": _submission(notebooks, [endless, PACKAGE_CALL]),
         "fay": _submission(notebooks, solutions, slow=slow),
         **{name: _submission(notebooks, answers) for name, answers in attacks.items()},
     }
-    for name, nb in students.items():
-        (folder / name).mkdir()
-        nbformat.write(nb, folder / name / f"{NOTEBOOK}.ipynb")
-    code = cli.main(
-        [
-            "grade",
-            str(folder),
-            "--course",
-            str(course_dir),
-            "--feedback",
-            "--function-seconds",
-            str(FUNCTION_SECONDS),
-            "--workers",
-            "2",
+
+
+def _grade_everyone(shared: Path) -> dict:
+    """Build the edition in ``shared``, grade every student there (the CLI, with
+    --feedback, two at a time) and return what the run left besides the grades."""
+    import psutil
+
+    out, course_dir = shared / "student", shared / "course"
+    notebooks = course.build_student(out, course_dir)
+    folder = shared / "submissions"
+    listener = _Listener()
+    bystander = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    try:
+        students = _students(notebooks, course_dir, listener.port, bystander.pid)
+        for name, nb in students.items():
+            (folder / name).mkdir(parents=True)
+            nbformat.write(nb, folder / name / f"{NOTEBOOK}.ipynb")
+        project = ROOT / "notebooks"
+        before = _hashes(course_dir, folder, project)
+        code = cli.main(
+            [
+                "grade",
+                str(folder),
+                "--course",
+                str(course_dir),
+                "--feedback",
+                "--function-seconds",
+                str(FUNCTION_SECONDS),
+                "--max-processes",
+                str(MAX_PROCESSES),
+                "--workers",
+                "2",
+            ]
+        )
+        left = [
+            " ".join(p.cmdline())[-200:]
+            for p in psutil.Process().children(recursive=True)
+            if p.pid != bystander.pid and _living(p)
         ]
-    )
-    assert code == 0
+        seen = {
+            "code": code,
+            "changed": _changed(before, _hashes(course_dir, folder, project)),
+            "heard": listener.close(),
+            "bystander": _alive(bystander.pid),
+            "survivors": _survivors(),
+            "left": left,
+        }
+    finally:
+        listener.close()
+        bystander.kill()
+        bystander.wait()
+        (ROOT / "notebooks" / "vandal-was-here.txt").unlink(missing_ok=True)
+    return seen
+
+
+def _living(process) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+@dataclass
+class Graded:
+    """One grading run of every student: the grades file, the course directory
+    and what the run left (recorded by the worker that ran it)."""
+
+    grades: pd.DataFrame
+    course_dir: Path
+    seen: dict
+
+    def printed(self, student: str) -> str:
+        """What ``student``'s graded notebook printed (its stream outputs)."""
+        path = self.course_dir / "autograded" / student / f"{NOTEBOOK}.ipynb"
+        nb = nbformat.read(path, as_version=4)
+        return "".join(
+            o.get("text", "") for c in nb.cells for o in c.get("outputs", [])
+        )
+
+
+@pytest.fixture(scope="module")
+def graded(tmp_path_factory):
+    """One grading run (the CLI, with --feedback) of eighteen students, shared by
+    the session's xdist workers: the first to need it grades, the other waits."""
+    from filelock import FileLock
+
+    if not sys.platform.startswith("linux"):
+        pytest.skip("grade runs each kernel in a sandbox, which is Linux's")
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # one folder for every worker of this session
+    shared = base / "graded-notebook-03"
+    record = shared / "seen.json"
+    with FileLock(str(base / "graded-notebook-03.lock")):
+        if not record.is_file():
+            shutil.rmtree(shared, ignore_errors=True)
+            shared.mkdir()
+            record.write_text(json.dumps(_grade_everyone(shared)))
+    seen = json.loads(record.read_text())
+    assert seen["code"] == 0
+    course_dir = shared / "course"
     grades = pd.read_csv(course_dir / "grades.csv", keep_default_na=False)
-    return grades, course_dir, spy, canary
+    return Graded(grades, course_dir, seen)
 
 
 def _rows(grades, student):
@@ -1279,7 +1763,7 @@ def _rows(grades, student):
 
 @pytest.mark.notebook
 def test_the_solutions_get_full_marks(graded):
-    grades = graded[0]
+    grades = graded.grades
     ada = _rows(grades, "ada")
     assert list(ada["points"]) == [1.0, 1.0]
     assert list(ada["error"]) == ["", ""]
@@ -1287,14 +1771,14 @@ def test_the_solutions_get_full_marks(graded):
 
 @pytest.mark.notebook
 def test_delegating_to_the_solutions_scores_zero(graded):
-    carl = _rows(graded[0], "carl")
+    carl = _rows(graded.grades, "carl")
     assert carl.loc["exercise-1", "points"] == 0
     assert "FileNotFoundError: No solutions" in carl.loc["exercise-1", "error"]
 
 
 @pytest.mark.notebook
 def test_reading_the_solution_files_scores_zero(graded):
-    carl = _rows(graded[0], "carl")
+    carl = _rows(graded.grades, "carl")
     assert carl.loc["exercise-2", "points"] == 0
     error = carl.loc["exercise-2", "error"]
     assert "NameError: name 'success_advantage' is not defined" in error
@@ -1303,7 +1787,7 @@ def test_reading_the_solution_files_scores_zero(graded):
 
 @pytest.mark.notebook
 def test_patching_checks_scores_zero(graded):
-    dora = _rows(graded[0], "dora")
+    dora = _rows(graded.grades, "dora")
     assert dora.loc["exercise-1", "points"] == 0
     assert "hidden test of smallest_group_size" in dora.loc["exercise-1", "error"]
     assert "still the stub" in dora.loc["exercise-1", "error"]
@@ -1311,14 +1795,14 @@ def test_patching_checks_scores_zero(graded):
 
 @pytest.mark.notebook
 def test_hard_coding_the_visible_examples_scores_zero(graded):
-    dora = _rows(graded[0], "dora")
+    dora = _rows(graded.grades, "dora")
     assert dora.loc["exercise-2", "points"] == 0
     assert "hidden test of success_advantage" in dora.loc["exercise-2", "error"]
 
 
 @pytest.mark.notebook
 def test_calling_the_package_function_the_exercise_rules_out_scores_zero(graded):
-    eve = _rows(graded[0], "eve")
+    eve = _rows(graded.grades, "eve")
     assert eve.loc["exercise-2", "points"] == 0
     assert (
         "without grpo_helpers.advantages.group_advantages"
@@ -1328,7 +1812,7 @@ def test_calling_the_package_function_the_exercise_rules_out_scores_zero(graded)
 
 @pytest.mark.notebook
 def test_an_endless_loop_is_stopped_and_reported(graded):
-    eve = _rows(graded[0], "eve")
+    eve = _rows(graded.grades, "eve")
     assert eve.loc["exercise-1", "points"] == 0
     assert f"took longer than {FUNCTION_SECONDS} s" in eve.loc["exercise-1", "error"]
     # the notebook went on: exercise 2 was graded (it fails for its own reason)
@@ -1340,15 +1824,15 @@ def test_a_correct_submission_with_a_slow_cell_gets_full_marks(graded):
     """fay's import cell takes longer than the graded function's limit (a torch
     import on a loaded machine), and every later cell needs it; only the graded
     function is timed."""
-    fay = _rows(graded[0], "fay")
+    fay = _rows(graded.grades, "fay")
     assert list(fay["points"]) == [1.0, 1.0]
     assert SLOW_CELL_SECONDS > FUNCTION_SECONDS
 
 
 @pytest.mark.notebook
 def test_submissions_run_where_the_solutions_are_not(graded):
-    spy = graded[2]
-    seen = json.loads(spy.read_text())
+    (line,) = [t for t in graded.printed("fay").splitlines() if t.startswith("fay saw")]
+    seen = json.loads(line.partition(":")[2])
     assert not seen["solutions_exist"]
     for key in ("package", "project_root", "cwd"):
         assert not Path(seen[key]).resolve().is_relative_to(ROOT), key
@@ -1361,7 +1845,7 @@ FORBIDDEN = "which this exercise asks you to write without"
 
 @pytest.mark.notebook
 def test_a_fresh_copy_or_a_rebuilt_forbidden_function_scores_zero(graded):
-    gus = _rows(graded[0], "gus")
+    gus = _rows(graded.grades, "gus")
     assert list(gus["points"]) == [0.0, 0.0]
     for exercise, function in [
         ("exercise-1", "degenerate_probability"),
@@ -1374,7 +1858,7 @@ def test_a_fresh_copy_or_a_rebuilt_forbidden_function_scores_zero(graded):
 
 @pytest.mark.notebook
 def test_a_re_import_of_a_forbidden_function_scores_zero(graded):
-    hal = _rows(graded[0], "hal")
+    hal = _rows(graded.grades, "hal")
     assert hal.loc["exercise-1", "points"] == 0
     error = hal.loc["exercise-1", "error"]
     assert "reached grpo_helpers.advantages.degenerate_probability" in error
@@ -1385,7 +1869,7 @@ def test_hunting_for_the_expected_values_finds_none_and_scores_zero(graded):
     """hal looks for them on the stack, in IPython's history and line cache and in
     every database under the working folder: none holds one, so the hidden cases
     get None (the visible ones, hard-coded, pass)."""
-    hal = _rows(graded[0], "hal")
+    hal = _rows(graded.grades, "hal")
     assert hal.loc["exercise-2", "points"] == 0
     error = hal.loc["exercise-2", "error"]
     assert "hidden test of success_advantage, case 1 of 8" in error
@@ -1396,7 +1880,7 @@ def test_hunting_for_the_expected_values_finds_none_and_scores_zero(graded):
 def test_transformers_of_an_earlier_cell_do_not_change_the_graded_cells(graded):
     """ivy's input transformer (exercise 1) and AST transformer (exercise 2)
     empty the forbid lists of the graded cells: they are not applied there."""
-    ivy = _rows(graded[0], "ivy")
+    ivy = _rows(graded.grades, "ivy")
     assert list(ivy["points"]) == [0.0, 0.0]
     assert (
         "without grpo_helpers.advantages.degenerate_probability"
@@ -1412,7 +1896,7 @@ def test_transformers_of_an_earlier_cell_do_not_change_the_graded_cells(graded):
 def test_a_custom_exception_handler_does_not_silence_the_graded_cells(graded):
     """kit's first cell silences every error (``set_custom_exc``); the answers
     are stubs, so every check fails, graded cells included."""
-    kit = _rows(graded[0], "kit")
+    kit = _rows(graded.grades, "kit")
     assert list(kit["points"]) == [0.0, 0.0]
     for exercise in ("exercise-1", "exercise-2"):
         assert "still the stub" in kit.loc[exercise, "error"]
@@ -1424,7 +1908,7 @@ def test_a_loop_that_swallows_or_cancels_the_alarm_is_killed(graded, student):
     """kim's loop catches BaseException, lee's cancels the timer: the grading
     process kills the kernel a few seconds past the limit (not after the cell's
     900 s or the student's hour); the notebook scores nothing after it."""
-    rows = _rows(graded[0], student)
+    rows = _rows(graded.grades, student)
     assert list(rows["points"]) == [0.0, 0.0]
     for exercise in ("exercise-1", "exercise-2"):
         error = rows.loc[exercise, "error"]
@@ -1437,20 +1921,138 @@ def test_a_process_left_running_cannot_rewrite_the_grades(graded):
     """kit's notebook also starts a process in a session of its own that
     rewrites kit's results file and appends to the grades file, again and again:
     it is killed when the notebook's execution ends."""
-    grades, course_dir, _, canary = graded
-    assert list(_rows(grades, "kit")["points"]) == [0.0, 0.0]
-    assert canary.is_file()  # it ran, while the notebook did
-    alive = canary.stat().st_size
-    time.sleep(1.0)  # it writes every 0.1 s while alive
-    assert canary.stat().st_size == alive
-    assert "forged" not in (course_dir / "grades.csv").read_text()
+    assert list(_rows(graded.grades, "kit")["points"]) == [0.0, 0.0]
+    assert "kit's forger runs: True" in graded.printed("kit")  # it ran
+    assert graded.seen["survivors"] == []
+    assert "forged" not in (graded.course_dir / "grades.csv").read_text()
+
+
+# ----------------------------------------------------------------------------------
+# Issue 47: students who attack the machine or the watch, in the same run
+# ----------------------------------------------------------------------------------
+
+#: The students of issue 47's attacks (built in ``graded``).
+INTRUDERS = ["cal", "ezra", "lin", "sam", "sid", "tom", "val"]
+
+
+def _said(graded, student, opening):
+    """The value ``student`` printed after ``opening`` (a Python literal)."""
+    lines = [t for t in graded.printed(student).splitlines() if t.startswith(opening)]
+    assert len(lines) == 1, (student, graded.printed(student)[-2000:])
+    return ast.literal_eval(lines[0][len(opening) :].strip())
+
+
+@pytest.mark.notebook
+def test_the_snooper_reads_nothing_outside_its_folder_and_scores_zero(graded):
+    """sam reads the key, the solutions file, the gradebook and ada's submission
+    by their absolute paths, and looks for them walking up from the package, its
+    working folder and the Python installation; it would answer with what it
+    read. Nothing is there, and no file it holds open leads out."""
+    assert _said(graded, "sam", "the snooper read:") == []
+    # the only file open in its sandbox is its kernel's own output (not the
+    # grading process's log, which it could read back through /proc/self/fd)
+    held = _said(graded, "sam", "the snooper holds:")
+    assert held and all(Path(h).name == "kernel.log" for h in held), held
+    assert list(_rows(graded.grades, "sam")["points"]) == [0.0, 0.0]
+
+
+@pytest.mark.notebook
+def test_the_vandal_changes_nothing_and_scores_zero(graded):
+    """val appends to the gradebook, the key, ada's submission and the source
+    notebooks, writes a new file into the course directory and the project's
+    notebooks, and makes the grader's watch file (in its kernel's folder) a link
+    to the key: every file of the course directory, the submissions and the
+    project's notebooks is byte for byte what it was (its hash)."""
+    assert _said(graded, "val", "the vandal wrote:") == []
+    assert "the vandal linked:" in graded.printed("val")
+    assert graded.seen["changed"] == []
+    assert list(_rows(graded.grades, "val")["points"]) == [0.0, 0.0]
+
+
+@pytest.mark.notebook
+def test_the_caller_reaches_no_network_and_scores_zero(graded):
+    """cal connects to a port the test listens on at 127.0.0.1 and resolves a
+    host name: the listener hears nothing, no name resolves."""
+    got = _said(graded, "cal", "the caller got:")
+    assert got[0].startswith("no connection"), got
+    assert got[1].startswith("no name resolution"), got
+    assert graded.seen["heard"] == []
+    assert list(_rows(graded.grades, "cal")["points"]) == [0.0, 0.0]
+
+
+@pytest.mark.notebook
+def test_a_notebook_that_prints_too_much_is_stopped(graded):
+    """cal's second cell prints 25 MB: its kernel is killed, nothing of it is kept
+    and the rest of the notebook scores 0."""
+    cal = _rows(graded.grades, "cal")
+    error = cal.loc["exercise-2", "error"]
+    assert "the notebook printed more than 20 MB" in error, error
+    notebook = graded.course_dir / "autograded" / "cal" / f"{NOTEBOOK}.ipynb"
+    assert notebook.stat().st_size < 2**20
+
+
+@pytest.mark.notebook
+def test_the_signaller_reaches_no_process_of_the_teacher_and_scores_zero(graded):
+    """sid stops and kills its parent, a process of the teacher's (given by its
+    PID) and every process it can list: it lists only its own sandbox (its
+    parent there is the sandbox's init, which ignores it), the teacher's process
+    runs on, and grading completed."""
+    sent = _said(graded, "sid", "the signaller sent:")
+    assert {int(s.split()[1]) for s in sent} <= {1}, sent
+    assert graded.seen["bystander"] in ("sleeping", "running")
+    assert list(_rows(graded.grades, "sid")["points"]) == [0.0, 0.0]
+
+
+@pytest.mark.notebook
+def test_the_lingerer_leaves_no_process_and_writes_nothing(graded):
+    """lin starts a detached process that waits 3 s, then writes into the course
+    directory again and again: nothing is written, and no process that an
+    attack started (nor any process of the grading) is left."""
+    assert "the lingerer left a process" in graded.printed("lin")
+    assert not (graded.course_dir / "lingerer-was-here.txt").exists()
+    assert "lingerer" not in (graded.course_dir / "grades.csv").read_text()
+    assert graded.seen["survivors"] == []
+    assert graded.seen["left"] == []
+    assert list(_rows(graded.grades, "lin")["points"]) == [0.0, 0.0]
+
+
+@pytest.mark.notebook
+def test_the_threader_gets_nothing_from_a_thread_or_a_process_pool(graded):
+    """tom runs a copy of the forbidden function, loaded before the hidden test,
+    on a thread his answer starts (only the watch set on new threads sees it);
+    and the package's own function in a process pool whose worker started
+    before the hidden test (which no process start reveals)."""
+    tom = _rows(graded.grades, "tom")
+    assert list(tom["points"]) == [0.0, 0.0]
+    error = tom.loc["exercise-1", "error"]
+    assert "reached grpo_helpers.advantages.degenerate_probability" in error, error
+    error = tom.loc["exercise-2", "error"]
+    assert "other process(es) of the notebook were running" in error, error
+
+
+@pytest.mark.notebook
+def test_the_hog_is_stopped_and_the_next_student_graded(graded):
+    """ezra asks for 16 GiB (past the 4 GiB limit), then forks until refused
+    (the sandbox's process limit, or the watchdog's count where that does not
+    bind, as for root); both cells score 0, and fay, graded next, gets full
+    marks."""
+    ezra = _rows(graded.grades, "ezra")
+    assert list(ezra["points"]) == [0.0, 0.0]
+    assert "the hog was refused memory" in graded.printed("ezra")
+    assert "MemoryError" in ezra.loc["exercise-1", "error"]
+    error = ezra.loc["exercise-2", "error"]
+    refused = "the hog was refused after" in graded.printed("ezra")
+    stopped = f"it ran more than {MAX_PROCESSES} processes" in error
+    assert refused or stopped, error
+    assert "never refused" not in graded.printed("ezra")
+    assert list(_rows(graded.grades, "fay")["points"]) == [1.0, 1.0]
 
 
 @pytest.mark.notebook
 def test_the_grades_file_has_a_row_per_exercise_and_a_total_per_student(graded):
-    grades = graded[0]
+    grades = graded.grades
     assert list(grades.columns) == grading.COLUMNS
-    students = sorted(["ada", "carl", "dora", "eve", "fay", *ATTACKERS])
+    students = sorted(["ada", "carl", "dora", "eve", "fay", *ATTACKERS, *INTRUDERS])
     assert sorted(set(grades["student"])) == students
     for student in students:
         mine = grades[grades["student"] == student]
@@ -1465,13 +2067,13 @@ def test_the_grades_file_has_a_row_per_exercise_and_a_total_per_student(graded):
         "dora": 0.0,
         "eve": 0.0,
         "fay": 2.0,
-        **dict.fromkeys(ATTACKERS, 0.0),
+        **dict.fromkeys(ATTACKERS + INTRUDERS, 0.0),
     }
 
 
 @pytest.mark.notebook
 def test_feedback_is_written_for_every_student(graded):
-    grades, course_dir = graded[:2]
+    grades, course_dir = graded.grades, graded.course_dir
     for student, points in [("ada", "2.0 / 2.0"), ("eve", "0.0 / 2.0")]:
         html = course_dir / "feedback" / student / f"{NOTEBOOK}.html"
         text = html.read_text()
@@ -1479,6 +2081,146 @@ def test_feedback_is_written_for_every_student(graded):
     assert sorted(p.name for p in (course_dir / "feedback").iterdir()) == sorted(
         set(grades["student"])
     )
+
+
+# ----------------------------------------------------------------------------------
+# The sandbox itself, and grade where none works
+# ----------------------------------------------------------------------------------
+
+LINUX = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="the sandbox is Linux's (bubblewrap)"
+)
+#: What a sandboxed command reports of the world it sees.
+PROBE = """
+import json, os, resource, socket, sys
+port, mine, shared, hidden = sys.argv[1:]
+
+
+def writes(path):
+    try:
+        with open(path, "a"):
+            return True
+    except OSError:
+        return False
+
+
+try:
+    socket.create_connection(("127.0.0.1", int(port)), timeout=2).close()
+    network = True
+except OSError:
+    network = False
+print(json.dumps({
+    "pid": os.getpid(),
+    "writes its folder": writes(mine + "/file"),
+    "writes the read-only one": writes(shared + "/file"),
+    "sees the other": os.path.exists(hidden),
+    "network": network,
+    "environment": sorted(os.environ),
+    "memory": resource.getrlimit(resource.RLIMIT_DATA)[0] // 2**20,
+    "processes": resource.getrlimit(resource.RLIMIT_NPROC)[0],
+}))
+"""
+
+
+@LINUX
+def test_a_sandboxed_command_sees_only_what_it_is_given(tmp_path):
+    """sandbox.command: its folder writable, a bound one read-only, an unbound
+    one absent, no network (a listener at 127.0.0.1 hears nothing), its own PID
+    namespace, only the environment it is given, the limits set."""
+    from grpo_helpers.classroom import sandbox
+
+    mine, shared, hidden = (tmp_path / name for name in ("mine", "shared", "hidden"))
+    for folder in (mine, shared, hidden):
+        folder.mkdir()
+        (folder / "file").write_text("")
+    listener = _Listener()
+    try:
+        argv = [sys.executable, "-c", PROBE, str(listener.port)]
+        line = sandbox.command(
+            sandbox.find()[0],
+            [*argv, str(mine), str(shared), str(hidden)],
+            writable=[mine],
+            read_only=[shared],
+            chdir=mine,
+            env={"PATH": "/usr/bin:/bin", "ONLY": "this"},
+            limits=sandbox.Limits(memory_mb=512, processes=32),
+        )
+        done = subprocess.run(line, capture_output=True, text=True, timeout=60)
+    finally:
+        heard = listener.close()
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    # bubblewrap sets PWD, Python's locale coercion LC_CTYPE; nothing else comes
+    environment = set(seen.pop("environment")) - {"PWD", "LC_CTYPE"}
+    assert environment == {"ONLY", "PATH"}
+    assert seen == {
+        "pid": 2,  # 1 is bubblewrap's init
+        "writes its folder": True,
+        "writes the read-only one": False,
+        "sees the other": False,
+        "network": False,
+        "memory": 512,
+        "processes": 32,
+    }
+    assert heard == []
+
+
+@LINUX
+def test_check_sandbox_says_which_bwrap_and_whether_it_works(capsys, monkeypatch):
+    assert cli.main(["grade", "--check-sandbox"]) == 0
+    said = capsys.readouterr().out
+    assert "sandbox: bubblewrap" in said and "it works" in said, said
+    monkeypatch.setenv("GRPO_BWRAP", "/bin/false")
+    assert cli.main(["grade", "--check-sandbox"]) == 1
+    said = capsys.readouterr().out
+    assert "/bin/false (from GRPO_BWRAP)" in said
+    assert "it does not work: false failed" in said
+
+
+def _broken_bwrap(tmp_path):
+    """A bwrap that fails as it does where user namespaces are not allowed."""
+    fake = tmp_path / "bwrap"
+    fake.write_text(
+        "#!/bin/sh\necho 'bwrap: setting up uid map: Permission denied' >&2\nexit 1\n"
+    )
+    fake.chmod(0o755)
+    return fake
+
+
+def test_grade_without_a_working_sandbox_stops_and_says_why(
+    tmp_path, monkeypatch, capsys
+):
+    """No grading starts; the message says what failed, why, and what to do."""
+    monkeypatch.setenv("GRPO_BWRAP", str(_broken_bwrap(tmp_path)))
+    (tmp_path / "submissions" / "ada").mkdir(parents=True)
+    course_dir = tmp_path / "course"
+    code = cli.main(
+        ["grade", str(tmp_path / "submissions"), "--course", str(course_dir)]
+    )
+    assert code == 2
+    said = capsys.readouterr().err
+    assert "grade runs each submission in a sandbox, and no sandbox works here" in said
+    if sys.platform.startswith("linux"):
+        assert "setting up uid map: Permission denied" in said
+    assert "Install bubblewrap" in said and "--no-sandbox" in said
+    assert not course_dir.exists()  # nothing built, nothing graded
+
+
+def test_grade_with_no_sandbox_warns_and_grades(edition, tmp_path, monkeypatch, capfd):
+    """--no-sandbox grades where no sandbox works, and says what that means."""
+    _, notebooks, course_dir = edition
+    monkeypatch.setenv("GRPO_BWRAP", str(_broken_bwrap(tmp_path)))
+    folder = tmp_path / "submissions"
+    (folder / "ada").mkdir(parents=True)
+    solutions = [_solution("smallest_group_size"), _solution("success_advantage")]
+    nbformat.write(
+        _submission(notebooks, solutions), folder / "ada" / f"{NOTEBOOK}.ipynb"
+    )
+    argv = ["grade", str(folder), "--course", str(course_dir), "--no-sandbox"]
+    assert cli.main(argv) == 0
+    assert grading.NO_SANDBOX in capfd.readouterr().err
+    grades = pd.read_csv(course_dir / "grades.csv", keep_default_na=False)
+    assert list(_rows(grades, "ada")["points"]) == [1.0, 1.0]
 
 
 # ----------------------------------------------------------------------------------
@@ -1605,5 +2347,48 @@ def test_the_watchdog_kills_past_a_deadline_it_was_told_or_a_cell_budget(
             assert reason.endswith("its kernel was killed")
             watchdog.close()
         finally:
+            root.kill()
+            root.wait()
+
+
+def test_the_watchdog_kills_past_a_notebook_budget_or_too_many_processes(tmp_path):
+    """A notebook's budget (begin_notebook), and more processes below the grading
+    process than ``max_processes`` allows (a fork bomb where the sandbox's own
+    limit does not bind), stop the kernel too."""
+    from grpo_helpers.classroom import grading_guard
+
+    sleeper = "import signal, subprocess, sys, time\n" + (
+        "signal.signal(signal.SIGCHLD, signal.SIG_IGN)\n"  # no zombies to wait for
+        "for _ in range(int(sys.argv[1])):\n"
+        "    subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "time.sleep(60)\n"
+    )
+    for how, children in (("notebook", 1), ("processes", 6)):
+        root = subprocess.Popen([sys.executable, "-c", sleeper, str(children)])
+        watchdog = None
+        try:
+            for _ in range(300):  # until its children run
+                if len(psutil.Process(root.pid).children()) == children:
+                    break
+                time.sleep(0.05)
+            limit = 3 if how == "processes" else None
+            watchdog = grading_guard.Watchdog(
+                tmp_path / "watch", root=root.pid, every=0.05, max_processes=limit
+            )
+            watchdog.begin_notebook("03_x", 0.1 if how == "notebook" else None)
+            for _ in range(100):
+                if "03_x" in watchdog.stopped:
+                    break
+                time.sleep(0.05)
+            reason = watchdog.stopped["03_x"]
+            assert reason.startswith(
+                "stopped: the notebook ran past 0.1 s"
+                if how == "notebook"
+                else "stopped: it ran more than 3 processes"
+            ), reason
+            assert psutil.Process(root.pid).children() == []
+        finally:
+            if watchdog is not None:
+                watchdog.close()
             root.kill()
             root.wait()

@@ -11,6 +11,7 @@ What a notebook's exercises and a teacher need, beside the core they teach:
     course          the course site and the student edition (no solutions)
     grading         autograding handed-in notebooks with nbgrader
     grading_guard   what the grading process keeps around a learner's kernel
+    sandbox         the sandbox each kernel that grades a submission runs in
 
 It imports the core and the results wing (a check of notebook 07's exercises
 compares with ``results.stats``), never the TRL wing.

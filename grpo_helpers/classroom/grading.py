@@ -8,15 +8,34 @@ nbgrader's ``autograde`` restores each graded cell with its hidden tests
 (``GRPO_FAST=1``) with strict checks (``GRPO_STRICT_CHECKS=1``). A graded cell
 that runs without an error earns its point.
 
-**Where a submission runs.** Each student is graded in a fresh folder of its own
-directly in the system's temporary directory, made just before and removed just
-after: a copy of ``grpo_helpers``, the data and that student's notebooks, and
-nothing else. The kernel imports that copy (``PYTHONPATH``), so every path the
-package computes (``SETTINGS.project_root``, ``course.SOLUTIONS``) points into
-the folder, where ``notebooks/solutions/`` does not exist; the folder is not
-inside the project, so no relative path leads back to it. A submission that opens
-the solutions through the package's paths, or calls the teacher's loader
+**Where a submission runs.** Each student is graded in two fresh folders directly in
+the system's temporary directory, made just before and removed just after: the
+student's own (the kernel's working folder and home) and the grading process's
+(nbgrader's folders with the submitted and the graded notebooks, the gradebook, the
+kernel's connection file). The kernel imports the package from a folder that holds
+only the package and the data (``PYTHONPATH``: in the sandbox, in its own ``/tmp``;
+without it, a copy in the student's folder), so every path the package computes
+(``SETTINGS.project_root``, ``course.SOLUTIONS``) points there, where
+``notebooks/solutions/`` does not exist. A submission that opens the solutions
+through the package's paths, or calls the teacher's loader
 (``course._load_solutions``, which the hidden tests also make raise), fails.
+
+**The sandbox.** On Linux each kernel runs in a sandbox of its own
+(:mod:`grpo_helpers.classroom.sandbox`, bubblewrap): it sees the student's folder
+(writable), the package, the data, the Python environment and the model (read-only)
+and a private ``/tmp``; not the course directory (the source notebooks, the
+solutions, the key, the gradebook), not the submissions, not the other students'
+folders, not the teacher's home. It has no network (it talks to the grading process
+over Unix sockets), its own PIDs (it can neither see nor signal the grader or
+another submission, and all it started dies with it) and limits: each process's
+memory (``memory_mb``), the number of processes (``max_processes``; the watchdog
+counts them too), the size of a file and what a notebook prints. What crosses the
+boundary is the notebook in and the executed notebook out; the grading process,
+outside, keeps the key, reads only what the kernel printed and writes the grades.
+Where no sandbox works (not Linux, no user namespaces), :func:`grade` stops and says
+why and what to do; ``sandbox=False`` (``--no-sandbox``) grades without one, as the
+teacher's user, with a warning on every run: only where the submissions can reach
+nothing else.
 
 **Where the answers are.** Nowhere the learner's code runs. A graded cell's hidden
 tests hold the cases, not the expected values: they print what the learner's
@@ -29,14 +48,9 @@ surrounds the kernel: a startup file that makes graded cells immune to the
 notebook's IPython hooks (input and AST transformers, custom exception handlers),
 the verdict, the watchdog and the killing of leftovers.
 
-This is not a sandbox: the code of a submission runs as the teacher's user. It
-does not stop a submission that searches the file system (the project by absolute
-path or through the Python installation, whose ``notebooks/solutions/`` and course
-directory the teacher's machine holds; the temporary directory where, with
-``workers`` > 1, another student's folder exists at the same time), rewrites
-Python's builtins or the kernel's own machinery, or attacks the grading processes
-(kills them, reads their memory) or other files. For that, grade in a container
-or as a user who cannot read the project (``docs/teaching.md``).
+What the sandbox does not hold is in :mod:`grpo_helpers.classroom.sandbox` (the
+kernel still runs the teacher's Python and Linux kernel: an exploit of them is out
+of its reach) and ``docs/teaching.md``.
 
 **Time limits.** Two kinds of slowness must not be confused: a cell that imports
 torch or trains for a minute on a busy machine, and an endless loop in a learner's
@@ -55,17 +69,19 @@ process each case's deadline, and :data:`grading_guard.GRACE` (3) seconds after 
 kernel and everything it started are killed; the notebook then gets no more points
 and the reason is in the grades file. A graded cell also has a budget that the
 kernel cannot change (``function_seconds`` per hidden case and check, plus a
-margin), any other cell ``cell_seconds`` (900 by default) plus the margin; past
-it, the same. Nothing a kernel started outlives its notebook's execution: the
-grading process adopts orphans and kills them all before the grades are written.
+margin), any other cell ``cell_seconds`` (900 by default) plus the margin, a
+notebook ``notebook_seconds`` (1800); past it, the same. Nothing a kernel started
+outlives its notebook's execution: the grading process adopts orphans and kills
+them all before the grades are written (in the sandbox they die with its PID
+namespace anyway).
 ``total_seconds`` per student (3600 by default) is the last backstop: the
 student's grading process is then stopped, that student's notebooks get no points
 with the reason in the grades file, and grading goes on with the next student.
 
 The module is longer than most and stays whole: the grading process runs this very
-file as a script (copied beside ``grading_guard.py`` and ``hidden_tests.py``, and
-importing no other part of the package), so what that process does lives here
-beside what starts it and reads what it wrote.
+file as a script (copied beside ``grading_guard.py``, ``hidden_tests.py`` and
+``sandbox.py``, and importing no other part of the package), so what that process
+does lives here beside what starts it and reads what it wrote.
 
 Introduced in: docs/teaching.md (for teachers)
 """
@@ -96,6 +112,40 @@ PACKAGE = HERE.parent
 #: The grading process's command; None: this file, run as a script (its spec comes
 #: on stdin). As a script it imports no part of grpo_helpers, only nbgrader.
 DRIVER: list[str] | None = None
+#: The modules the grading process imports, copied beside it (stdlib, psutil,
+#: nbgrader).
+DRIVER_MODULES = ("grading", "grading_guard", "hidden_tests", "sandbox")
+#: The kernel that runs a submission in its sandbox (a kernelspec the grading
+#: process writes for each student).
+KERNEL_NAME = "grpo-sandbox"
+#: The sandboxed kernel's IPython folder: in its own ``/tmp``, the guard mounted in.
+IPYTHON_DIR = "/tmp/ipython"
+#: Where a sandboxed kernel finds the package, the data and the model cache
+#: (mounted read-only): in its own ``/tmp``, fresh for each kernel.
+PROJECT_DIR = "/tmp/grpo"
+#: The teacher's environment variables a sandboxed kernel keeps (threads, locale,
+#: time zone); it gets no other (no token, no path into the teacher's files).
+KEPT_ENV = (
+    "LANG",
+    "LC_ALL",
+    "TZ",
+    "OMP_NUM_THREADS",
+    "MKL_NUM_THREADS",
+    "OPENBLAS_NUM_THREADS",
+    "NUMEXPR_NUM_THREADS",
+    "PYTHONDONTWRITEBYTECODE",
+)
+#: What ``grade(sandbox=False)`` warns on every run.
+NO_SANDBOX = (
+    "grading WITHOUT a sandbox (--no-sandbox): each submission runs as your user "
+    "and can read, write and reach whatever you can (the solutions, the key, other "
+    "students' folders, the network, your processes). Do this only where the "
+    "submissions can reach nothing else: a container or a machine of their own."
+)
+
+
+class SandboxUnavailable(RuntimeError):
+    """``grade`` was asked for a sandbox (the default), and none works here."""
 
 
 def grade(
@@ -106,6 +156,10 @@ def grade(
     total_seconds: float = 3600,
     feedback: bool = False,
     workers: int = 1,
+    sandbox: bool = True,
+    memory_mb: int = 4096,
+    max_processes: int = 1024,
+    notebook_seconds: float = 1800,
 ) -> Any:
     """Grade handed-in notebooks; write and return the grades.
 
@@ -123,6 +177,12 @@ def grade(
         feedback: also write each student's feedback (HTML, nbgrader's
             ``generate_feedback``) to ``course_dir/feedback/<student>/``.
         workers: students graded at the same time (one process each).
+        sandbox: run each kernel in a sandbox (:mod:`grpo_helpers.classroom.sandbox`);
+            False only where the submissions cannot reach anything (a container
+            or a machine of their own): it warns.
+        memory_mb: private memory of each process of a kernel, in MiB.
+        max_processes: processes (and, in the sandbox, threads) a kernel may run.
+        notebook_seconds: seconds one notebook may run in all.
 
     Returns:
         A DataFrame with ``student, notebook, exercise, points, max_points, passed,
@@ -133,13 +193,37 @@ def grade(
         there was one, or why the notebook was not graded). Also written to
         ``course_dir/grades.csv``; the graded notebooks go to
         ``course_dir/autograded/<student>/``.
+
+    Raises:
+        SandboxUnavailable: ``sandbox`` is True and a sandbox does not work here
+            (the message says why and what to do).
     """
     import pandas as pd
 
     from grpo_helpers.classroom import course
+    from grpo_helpers.classroom import sandbox as box
+    from grpo_helpers.settings import SETTINGS
 
     submissions = Path(submissions)
     course_dir = Path(course.COURSE if course_dir is None else course_dir)
+    protected = [course.ROOT, course_dir, submissions]
+    limits = box.Limits(memory_mb=int(memory_mb), processes=int(max_processes))
+    if sandbox:
+        found = box.check([p.resolve() for p in protected])
+        if not found.works:
+            raise SandboxUnavailable(
+                "grade runs each submission in a sandbox, and no sandbox works "
+                f"here.\n{found.report()}"
+            )
+        isolation = {
+            "bwrap": found.bwrap,
+            "sized_tmp": box.supports(found.bwrap, "--size"),
+            "protected": [str(p.resolve()) for p in protected],
+            "model_cache": str(Path(SETTINGS.cache_dir).expanduser() / "models"),
+        }
+    else:
+        print(f"warning: {NO_SANDBOX}", file=sys.stderr)
+        isolation = None
     built = [course_dir / "gradebook.db", course_dir / course.KEY]
     if not all(path.is_file() for path in built):
         course.build_student(course=course_dir)
@@ -168,7 +252,10 @@ def grade(
         "key": str((course_dir / course.KEY).resolve()),
         "cell_seconds": int(cell_seconds),
         "function_seconds": float(function_seconds),
+        "notebook_seconds": float(notebook_seconds),
         "feedback": bool(feedback),
+        "sandbox": isolation,
+        "limits": box.as_dict(limits),
         "kernel_env": {
             "GRPO_FAST": "1",
             "GRPO_STRICT_CHECKS": "1",
@@ -288,7 +375,7 @@ def _run_drivers(
     work = Path(tempfile.mkdtemp(prefix="grpo-grading-"))
     try:
         (work / "driver").mkdir()
-        for name in ("grading", "grading_guard", "hidden_tests"):  # stdlib, nbgrader
+        for name in DRIVER_MODULES:
             shutil.copy(HERE / f"{name}.py", work / "driver" / f"{name}.py")
         with concurrent.futures.ThreadPoolExecutor(max(1, workers)) as pool:
             jobs = [
@@ -434,17 +521,24 @@ def _drive(spec: dict[str, Any]) -> None:
     budgets = {
         "graded": spec["function_seconds"],
         "cell": spec["cell_seconds"],
+        "notebook": spec["notebook_seconds"],
         "margin": 60,
+        "output_bytes": spec["limits"]["output_mb"] * 2**20,
     }
     work = Path(os.environ.pop("GRPO_GRADING_WORK", "") or tempfile.gettempdir())
     for name in ("OLDPWD", "_"):  # the teacher's shell: paths into the project
         os.environ.pop(name, None)
+    teacher_env = dict(os.environ)
     for student in spec["students"]:
         if not _take(results, student, str(os.getpid())):
             continue  # another grading process has it
-        root = Path(tempfile.mkdtemp(prefix="grpo-submission-"))
+        root = Path(tempfile.mkdtemp(prefix="grpo-submission-"))  # the kernel's
         private = Path(tempfile.mkdtemp(prefix="grpo-grader-"))  # not the kernel's
-        watchdog = guard.Watchdog(private / "watch")
+        kernel = private / "kernel"  # the kernel's sockets and its watch file
+        kernel.mkdir()
+        watchdog = guard.Watchdog(
+            kernel / "watch", max_processes=spec["limits"]["processes"]
+        )
         outcome: dict[str, Any] = {}
         log: io.StringIO | None = None
         try:
@@ -452,13 +546,28 @@ def _drive(spec: dict[str, Any]) -> None:
             guard.write_kernel_guard(private / "ipython")
             config = _config(spec, student, root, private)
             config.Autograde.autograde_preprocessors = guard.preprocessors(
-                key, sources, watchdog, budgets, hidden_tests.judge
+                key,
+                sources,
+                watchdog,
+                budgets,
+                hidden_tests.judge,
+                cwd=root,
+                log=private / "kernel.log",
+                fresh=kernel,
             )
-            os.environ.update(spec["kernel_env"])
-            os.environ["PYTHONPATH"] = str(root)  # the kernel imports the copy
-            os.environ["PWD"] = str(root)
-            os.environ["IPYTHONDIR"] = str(private / "ipython")  # the guard
-            os.environ["GRPO_GRADING_WATCH"] = str(private / "watch")
+            os.environ.clear()
+            os.environ.update(teacher_env)
+            kernel_env = {
+                **spec["kernel_env"],
+                "PYTHONPATH": str(root),  # the kernel imports the copy
+                "PWD": str(root),
+                "IPYTHONDIR": str(private / "ipython"),  # the guard
+                "GRPO_GRADING_WATCH": str(kernel / "watch"),
+            }
+            if spec["sandbox"]:
+                _sandboxed_kernel(spec, root, private, kernel, kernel_env)
+            else:
+                os.environ.update(kernel_env)
             os.chdir(root)
             app = Autograde(coursedir=_coursedir(config), config=config)
             app.force = True
@@ -468,12 +577,13 @@ def _drive(spec: dict[str, Any]) -> None:
                 app.start()
             except Exception as error:  # noqa: BLE001 - a notebook nbgrader gave up on
                 failure = _summary(log.getvalue()) or str(error)
+                failure += _kernel_said(private / "kernel.log")
             guard.kill_descendants()  # nothing of the submission outlives it
             if spec["feedback"]:
                 feedback = GenerateFeedback(coursedir=_coursedir(config), config=config)
                 feedback.force = True
                 feedback.start()
-            outcome = _collect(root, private, student, course_dir, spec["assignment"])
+            outcome = _collect(private, student, course_dir, spec["assignment"])
             for stem, reason in watchdog.stopped.items():
                 outcome["notebooks"].setdefault(stem, {})["stopped"] = reason
             if failure:
@@ -493,12 +603,95 @@ def _drive(spec: dict[str, Any]) -> None:
         (results / f"{student}.json").write_text(json.dumps(outcome))
 
 
+def _sandboxed_kernel(
+    spec: dict[str, Any],
+    root: Path,
+    private: Path,
+    kernel: Path,
+    kernel_env: dict[str, str],
+) -> None:
+    """Write the kernelspec that starts one student's kernel in its sandbox
+    (:mod:`sandbox`), and point Jupyter at it and at ``kernel`` for the
+    connection file and the sockets.
+
+    Inside: ``root`` writable (the kernel's working folder, home and runs),
+    ``kernel`` writable, and in the kernel's own ``/tmp`` (:data:`PROJECT_DIR`)
+    the package, the data and the model cache's entries read-only (new cache
+    entries land beside them), and the IPython guard. Nothing in ``root`` is a
+    mount point, so nothing a notebook leaves there can redirect one. nbgrader's
+    folders, the gradebook and the key stay in ``private`` and the course
+    directory, which it does not see.
+    """
+    box = _sibling("sandbox")
+    isolation = spec["sandbox"]
+    project = Path(PROJECT_DIR)
+    read_only: list[Any] = [(Path(spec["package"]), project / "grpo_helpers")]
+    if Path(spec["data"]).is_dir():
+        read_only.append((Path(spec["data"]), project / "data"))
+    # IPython wants its folder writable: a fresh one in the kernel's own /tmp,
+    # with the guard's startup file mounted read-only in it
+    startup = "profile_default/startup/00-grpo-kernel-guard.py"
+    read_only.append((private / "ipython" / startup, Path(IPYTHON_DIR) / startup))
+    cache = Path(isolation["model_cache"])
+    if cache.is_dir():
+        for entry in sorted(cache.iterdir()):
+            if entry.is_dir():
+                read_only.append((entry, project / "cache" / "models" / entry.name))
+    scripts = str(Path(sys.executable).parent)
+    env = {
+        "PATH": f"{scripts}:/usr/local/bin:/usr/bin:/bin",
+        "HOME": str(root),
+        "TMPDIR": "/tmp",
+        "LANG": "C.UTF-8",
+        "HF_HUB_OFFLINE": "1",
+        **{k: os.environ[k] for k in KEPT_ENV if k in os.environ},
+        **kernel_env,
+        "PYTHONPATH": str(project),  # the kernel imports the package there
+        "GRPO_CACHE_DIR": str(project / "cache"),
+        "GRPO_RUNS_ROOT": str(root / "runs"),
+        "IPYTHONDIR": IPYTHON_DIR,
+    }
+    argv = box.command(
+        isolation["bwrap"],
+        [
+            sys.executable,
+            "-m",
+            "ipykernel_launcher",
+            "-f",
+            "{connection_file}",
+            "--HistoryManager.hist_file=:memory:",
+        ],
+        writable=[root, kernel],
+        read_only=read_only,
+        chdir=root,
+        env=env,
+        limits=box.Limits(**spec["limits"]),
+        protected=[Path(p) for p in isolation["protected"]],
+        sized_tmp=isolation["sized_tmp"],
+    )
+    kernelspec = private / "jupyter" / "kernels" / KERNEL_NAME
+    kernelspec.mkdir(parents=True)
+    (kernelspec / "kernel.json").write_text(
+        json.dumps(
+            {
+                "argv": argv,
+                "display_name": "Python (grading sandbox)",
+                "language": "python",
+                "interrupt_mode": "message",  # a signal would reach bwrap
+            }
+        )
+    )
+    os.environ["JUPYTER_PATH"] = str(private / "jupyter")
+    os.environ["JUPYTER_RUNTIME_DIR"] = str(kernel)
+
+
 def _config(spec: dict[str, Any], student: str, root: Path, private: Path) -> Any:
-    """nbgrader's settings for one student (the gradebook in ``private``)."""
+    """nbgrader's settings for one student (its folders and the gradebook in
+    ``private``; in the sandbox, the kernel of :func:`_sandboxed_kernel`)."""
     from traitlets.config import Config
 
     config = Config()
-    config.CourseDirectory.root = str(root)
+    config.CourseDirectory.root = str(private / "nbgrader")
     config.CourseDirectory.course_id = spec["course_id"]
     config.CourseDirectory.assignment_id = spec["assignment"]
     config.CourseDirectory.student_id = student
@@ -515,6 +708,12 @@ def _config(spec: dict[str, Any], student: str, root: Path, private: Path) -> An
     # longer, and go on with a warning.
     config.Execute.iopub_timeout = 15
     config.Execute.raise_on_iopub_timeout = False
+    if spec["sandbox"]:
+        # no network in the sandbox: ZeroMQ over Unix sockets in the kernel's folder
+        config.Execute.kernel_name = KERNEL_NAME
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = str(private / "kernel" / "ipc")
+        config.KernelManager.connection_file = str(private / "kernel" / "kernel.json")
     config.Autograde.create_student = True
     config.Application.log_level = "WARN"
     return config
@@ -551,6 +750,34 @@ def _summary(log: str) -> str:
     return " | ".join(lines)[:1500]
 
 
+#: What ipykernel prints at every start, on its stderr (not worth repeating).
+KERNEL_BANNER = (
+    "NOTE: When using the",
+    "To exit, you will have to",
+    '"quit" from a client',
+    "To read more about this",
+    "To connect another client",
+    "--existing",
+)
+
+
+def _kernel_said(path: Path) -> str:
+    """The last lines a kernel wrote to its stdout and stderr, ipykernel's
+    banner left out (where it failed to start, bubblewrap says why there)."""
+    try:
+        with open(path, "rb") as said:
+            said.seek(max(0, path.stat().st_size - 4096))
+            lines = said.read().decode(errors="replace").splitlines()
+    except OSError:
+        return ""
+    said = " | ".join(
+        line.strip()
+        for line in lines
+        if line.strip() and not line.strip().startswith(KERNEL_BANNER)
+    )
+    return f" | the kernel said: {said[-500:]}" if said else ""
+
+
 def _capture_errors(app: Any) -> io.StringIO:
     """Keep what ``app`` logs at error level (nbgrader says there why a notebook
     could not be graded)."""
@@ -564,14 +791,17 @@ def _capture_errors(app: Any) -> io.StringIO:
 def _prepare_root(
     root: Path, private: Path, spec: dict[str, Any], student: str
 ) -> None:
-    """The student's folder: package copy, data, submitted notebooks; the
-    gradebook goes to ``private``, outside it."""
-    shutil.copytree(spec["package"], root / "grpo_helpers", ignore=_pycache)
-    data = Path(spec["data"])
-    if data.is_dir():
-        shutil.copytree(data, root / "data", copy_function=_link_or_copy)
+    """The student's folder (``root``) and the grader's (``private``): the
+    submitted notebooks and the gradebook go to ``private``. Without the
+    sandbox, ``root`` gets a copy of the package and the data; in it, they are
+    mounted read-only in the kernel's own ``/tmp`` (:func:`_sandboxed_kernel`)."""
+    if not spec["sandbox"]:
+        shutil.copytree(spec["package"], root / "grpo_helpers", ignore=_pycache)
+        data = Path(spec["data"])
+        if data.is_dir():
+            shutil.copytree(data, root / "data", copy_function=_link_or_copy)
     shutil.copy(Path(spec["course"]) / "gradebook.db", private / "gradebook.db")
-    target = root / "submitted" / student / spec["assignment"]
+    target = private / "nbgrader" / "submitted" / student / spec["assignment"]
     target.mkdir(parents=True)
     for notebook in sorted((Path(spec["submissions"]) / student).glob("*.ipynb")):
         shutil.copy(notebook, target / notebook.name)
@@ -587,13 +817,13 @@ def _link_or_copy(source: str, target: str) -> None:
 
 
 def _collect(
-    root: Path, private: Path, student: str, course_dir: Path, assignment: str
+    private: Path, student: str, course_dir: Path, assignment: str
 ) -> dict[str, Any]:
     """Scores and errors of one student's graded notebooks; keep the notebooks
     and the feedback in the course directory."""
     from nbgrader.api import Gradebook, MissingEntry
 
-    autograded = root / "autograded" / student / assignment
+    autograded = private / "nbgrader" / "autograded" / student / assignment
     keep = course_dir / "autograded" / student
     keep.mkdir(parents=True, exist_ok=True)
     notebooks: dict[str, Any] = {}
@@ -613,7 +843,7 @@ def _collect(
                 "first_error": first_error,
             }
             shutil.copy(path, keep / path.name)
-    html = root / "feedback" / student / assignment
+    html = private / "nbgrader" / "feedback" / student / assignment
     if html.is_dir():
         shutil.copytree(html, course_dir / "feedback" / student, dirs_exist_ok=True)
     return {"notebooks": notebooks}
@@ -670,4 +900,4 @@ if __name__ == "__main__":
     sys.exit(main())
 
 
-__all__ = ["COLUMNS", "TOTAL", "grade"]
+__all__ = ["COLUMNS", "NO_SANDBOX", "TOTAL", "SandboxUnavailable", "grade"]

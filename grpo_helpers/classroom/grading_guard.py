@@ -21,9 +21,11 @@ grade:
   orphan of the kernel (Linux's child subreaper), and kills every process below
   it when a notebook's execution ends, before anything of the grade is written.
 
-Not a sandbox: the kernel runs as the teacher's user and can read what that user
-reads or signal its processes. Grade in a container or as a user who cannot read
-the project for that (``docs/teaching.md``).
+These are a second line: the first is the sandbox the kernel runs in
+(:mod:`grpo_helpers.classroom.sandbox`), which keeps it from the teacher's files,
+the network and other processes. The watchdog also kills a kernel that runs too
+many processes (where the sandbox's own limit does not bind, as for root) and
+:func:`preprocessors` one that prints too much.
 
 This file is copied next to the grading process's script and imported from
 there: it needs only the standard library, psutil and (in :func:`preprocessors`)
@@ -37,6 +39,7 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+import subprocess
 import sys
 import threading
 import time
@@ -138,6 +141,39 @@ def _living(process: Any) -> bool:
         return False
 
 
+def read_plain(path: Path, size: int = 4096) -> str:
+    """The start of ``path`` where it is a plain file, else ``""``: not through a
+    symbolic link, and without waiting on a pipe (a kernel writes the files of
+    its folder, and may make them either)."""
+    import stat
+
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return ""
+        return os.read(descriptor, size).decode(errors="replace")
+    except OSError:
+        return ""
+    finally:
+        os.close(descriptor)
+
+
+def empty(folder: Path) -> None:
+    """Remove what ``folder`` holds (links themselves, never what they point to)."""
+    import shutil
+
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    os.unlink(entry.path)
+
+
 def kill_descendants(pid: int | None = None, rounds: int = 50) -> int:
     """Kill every process below ``pid`` (default: this one), again until none
     is left (a process that forks while it is killed leaves orphans, which a
@@ -178,38 +214,56 @@ def reap() -> None:
 
 
 class Watchdog:
-    """Kill the kernel (every process below this one) when a hidden test case
-    or a cell runs past its time, whatever the kernel does with its alarm.
+    """Kill the kernel (every process below this one) when a hidden test case,
+    a cell or a notebook runs past its time, or it runs too many processes,
+    whatever the kernel does with its alarm.
 
     The kernel's hidden tests write each case's deadline and name to ``watch``
     (``GRPO_GRADING_WATCH``); the case is stopped :data:`GRACE` seconds after
-    it. A cell gets the budget :meth:`begin_cell` gives it, which the kernel
-    cannot change. Each stop is recorded in :attr:`stopped` under the notebook
-    that was running.
+    it. A cell gets the budget :meth:`begin_cell` gives it, a notebook the one
+    :meth:`begin_notebook` gives it, which the kernel cannot change. More than
+    ``max_processes`` processes below ``root`` (a fork bomb: where the sandbox's
+    own limit does not bind, as for the root user) stop it too. Each stop is
+    recorded in :attr:`stopped` under the notebook that was running.
     """
 
     def __init__(
-        self, watch: Path, root: int | None = None, every: float = 0.2
+        self,
+        watch: Path,
+        root: int | None = None,
+        every: float = 0.2,
+        max_processes: int | None = None,
     ) -> None:
         self.watch = Path(watch)
         self.root = root  # whose descendants are killed (default: this process's)
         self.every = every
+        self.max_processes = max_processes
         self.notebook = ""
         self.stopped: dict[str, str] = {}
         self._cell: tuple[float, str] | None = None
+        self._notebook: tuple[float, str] | None = None
         self._done = threading.Event()
         self.clear()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
     def clear(self) -> None:
+        """No case runs: the watch file removed (not written: the kernel may
+        have made it a link to one of the teacher's files)."""
         with contextlib.suppress(OSError):
-            self.watch.write_text("")
+            self.watch.unlink()
 
-    def begin_notebook(self, notebook: str) -> None:
+    def begin_notebook(self, notebook: str, seconds: float | None = None) -> None:
         self.notebook = notebook
         self._cell = None
+        self._notebook = None
+        if seconds is not None:
+            what = f"the notebook ran past {seconds:g} s"
+            self._notebook = (time.time() + seconds, what)
         self.clear()
+
+    def end_notebook(self) -> None:
+        self._notebook = None
 
     def begin_cell(self, seconds: float, what: str) -> None:
         self._cell = (time.time() + seconds, what)
@@ -222,10 +276,7 @@ class Watchdog:
         self._thread.join(timeout=5)
 
     def _case(self) -> tuple[float, str] | None:
-        try:
-            text = self.watch.read_text()
-        except OSError:
-            return None
+        text = read_plain(self.watch)
         first, _, where = text.partition(" ")
         try:
             return float(first), where[:300]
@@ -235,6 +286,7 @@ class Watchdog:
     def _run(self) -> None:
         while not self._done.wait(self.every):
             now, case, cell = time.time(), self._case(), self._cell
+            notebook = self._notebook
             if case is not None and now > case[0] + GRACE:
                 self._stop(
                     f"stopped: {case[1]} ran past its time limit and went on "
@@ -242,6 +294,28 @@ class Watchdog:
                 )
             elif cell is not None and now > cell[0]:
                 self._stop(f"stopped: {cell[1]}; its kernel was killed")
+            elif notebook is not None and now > notebook[0]:
+                self._stop(f"stopped: {notebook[1]}; its kernel was killed")
+            elif self.max_processes and self._processes() > self.max_processes + 2:
+                self._stop(
+                    f"stopped: it ran more than {self.max_processes} processes; "
+                    "its kernel was killed"
+                )
+
+    def _processes(self) -> int:
+        """Processes below ``root`` (a sandbox adds two: ``bwrap`` and its init,
+        which the limit allows for)."""
+        import psutil
+
+        try:
+            root = psutil.Process(os.getpid() if self.root is None else self.root)
+            return len(root.children(recursive=True))
+        except psutil.Error:
+            return 0
+
+    def stop(self, reason: str) -> None:
+        """Kill the kernel now, for ``reason`` (the grading process found it)."""
+        self._stop(reason)
 
     def _stop(self, reason: str) -> None:
         self.stopped.setdefault(self.notebook, reason)
@@ -253,6 +327,13 @@ class Watchdog:
 # ----------------------------------------------------------------------------------
 # nbgrader's autograde, with the watchdog and the verdict
 # ----------------------------------------------------------------------------------
+
+
+def _size(content: dict[str, Any]) -> int:
+    """Characters of one output message's content (text, data, traceback)."""
+    size = len(str(content.get("text", "")))
+    size += sum(len(str(v)) for v in (content.get("data") or {}).values())
+    return size + sum(len(str(line)) for line in content.get("traceback") or [])
 
 
 def _printed(cell: Any) -> str:
@@ -294,17 +375,58 @@ def _kernel_killed(reason: str) -> Any:
 
 
 def _watched_execute(
-    key: dict[str, Any], watchdog: Watchdog, budgets: dict[str, Any]
+    key: dict[str, Any],
+    watchdog: Watchdog,
+    budgets: dict[str, Any],
+    cwd: Path | None = None,
+    log: Path | None = None,
+    fresh: Path | None = None,
 ) -> type:
-    """nbgrader's ``Execute``, with every cell's time budget told to ``watchdog``."""
+    """nbgrader's ``Execute``, with every cell's time budget told to ``watchdog``,
+    the kernel started in ``cwd`` with its output to ``log`` and ``fresh``
+    emptied before, and what the notebook prints bounded."""
+    from nbclient.util import run_sync
     from nbgrader.preprocessors import Execute
 
     class WatchedExecute(Execute):
         running = 0  # the index of the cell that runs
+        printed = 0  # characters the notebook's outputs hold
+
+        async def async_start_new_kernel(self, **kwargs: Any) -> None:
+            if cwd is not None:
+                kwargs.setdefault("cwd", str(cwd))
+            if fresh is not None:  # what the last kernel left there: gone
+                empty(fresh)
+            if log is None:
+                await super().async_start_new_kernel(**kwargs)
+                return
+            # the kernel's own output file: a kernel reads what its stdout and
+            # stderr hold (/proc/self/fd), so not the grading process's log
+            with open(log, "wb") as output:
+                kwargs.setdefault("stdin", subprocess.DEVNULL)
+                kwargs.setdefault("stdout", output)
+                kwargs.setdefault("stderr", output)
+                await super().async_start_new_kernel(**kwargs)
+
+        # nbclient's synchronous name is bound to its own coroutine: rebind it
+        start_new_kernel = run_sync(async_start_new_kernel)
+
+        def output(self, outs: Any, msg: Any, display_id: Any, cell_index: int) -> Any:
+            self.printed += _size(msg.get("content") or {})
+            limit = budgets.get("output_bytes")
+            if limit and self.printed > limit:
+                if watchdog.notebook not in watchdog.stopped:
+                    watchdog.stop(
+                        f"stopped: the notebook printed more than {limit / 2**20:g} "
+                        "MB; its kernel was killed"
+                    )
+                return None  # kept out of the notebook
+            return super().output(outs, msg, display_id, cell_index)
 
         def preprocess(self, nb: Any, resources: Any = None, km: Any = None) -> Any:
             notebook = resources["nbgrader"]["notebook"]
-            watchdog.begin_notebook(notebook)
+            watchdog.begin_notebook(notebook, budgets.get("notebook"))
+            self.printed = 0
             try:
                 return super().preprocess(nb, resources, km)
             except Exception:
@@ -318,6 +440,7 @@ def _watched_execute(
                 return nb, resources
             finally:
                 watchdog.end_cell()
+                watchdog.end_notebook()
                 kill_descendants()  # what the kernel started dies with it
                 reap()
                 watchdog.clear()
@@ -378,12 +501,19 @@ def preprocessors(
     watchdog: Watchdog,
     budgets: dict[str, Any],
     judge: Any,
+    cwd: Path | None = None,
+    log: Path | None = None,
+    fresh: Path | None = None,
 ) -> list[type]:
     """nbgrader's autograde preprocessors with two changes.
 
     * Its ``Execute`` tells ``watchdog`` which notebook and which cell runs, with
       each cell's budget (``budgets``: ``{"graded": seconds per hidden case,
-      "cell": seconds for any other cell, "margin": seconds added}``), and kills
+      "cell": seconds for any other cell, "margin": seconds added}``) and the
+      notebook's (``"notebook"``), starts the kernel in ``cwd`` (its stdout and
+      stderr to the file ``log``, which holds only its own; the folder
+      ``fresh``, which the kernel writes, emptied before), kills the
+      kernel when the notebook prints more than ``"output_bytes"``, and kills
       what the kernel left when the notebook's execution ends.
     * After it, each graded cell is judged: its code must be the teacher's
       (``sources[notebook][grade_id]``) and what it printed must hold right
@@ -395,7 +525,7 @@ def preprocessors(
 
     chain = list(Autograde.class_traits()["autograde_preprocessors"].default())
     at = chain.index(Execute)
-    watched = _watched_execute(key, watchdog, budgets)
+    watched = _watched_execute(key, watchdog, budgets, cwd, log, fresh)
     judged = _judge_hidden_tests(key, sources, judge)
     return [*chain[:at], watched, judged, *chain[at + 1 :]]
 
@@ -407,7 +537,9 @@ __all__ = [
     "become_subreaper",
     "kernel_guard",
     "kill_descendants",
+    "empty",
     "preprocessors",
+    "read_plain",
     "reap",
     "write_kernel_guard",
 ]

@@ -40,13 +40,17 @@ also writes its deadline to ``GRPO_GRADING_WATCH``: a learner's loop that catche
 ``BaseException`` or cancels the alarm is stopped from outside, by killing the
 kernel (:mod:`grpo_helpers.classroom.grading`).
 
+In the grader's sandbox (:mod:`grpo_helpers.classroom.sandbox`), a case also fails
+while another process of the notebook is running: a process pool started before the
+test would compute the answer where no watch is.
+
 What it does not stop: a submission that rewrites the interpreter or the kernel's
 own machinery (Python's builtins, ``sys.stdout``, IPython's methods, the standard
-library functions this code calls), runs a copy on a thread started before the
-test, or reads the teacher's files; see :mod:`grpo_helpers.classroom.grading` for where
-grading runs.
+library functions this code calls) or runs a copy on a thread started before the
+test. The teacher's files are out of its reach only in the sandbox; see
+:mod:`grpo_helpers.classroom.grading` for where grading runs.
 
-The module is longer than most (about 750 lines) and stays whole on purpose: the
+The module is longer than most (about 780 lines) and stays whole on purpose: the
 code copied into graded cells, the build that writes it with its key, and the
 verdict that reads what it printed are one protocol, and each half must change
 with the others.
@@ -328,7 +332,38 @@ def run_hidden_tests(
         except OSError:
             pass
 
+    def beside() -> int:
+        """Living processes beside the kernel in the grader's sandbox (its PID 1 is
+        bwrap's; elsewhere 0): one started before the test, a process pool's
+        worker say, runs where no watch is."""
+        try:
+            with open("/proc/1/comm") as comm:
+                if comm.read().strip() != "bwrap":
+                    return 0
+            entries = os.listdir("/proc")
+        except OSError:
+            return 0
+        count = 0
+        for entry in entries:
+            if not entry.isdigit() or int(entry) in (1, os.getpid()):
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as stat:
+                    living = stat.read().rpartition(")")[2].split()[0] != "Z"
+            except (OSError, IndexError):
+                continue  # it ended
+            count += living
+        return count
+
     def run(args: tuple, where: str) -> list[Any]:
+        others = beside()
+        if others:
+            return [
+                "error",
+                f"{where}: {others} other process(es) of the notebook were running "
+                "(a process pool started before the hidden test?); the hidden test "
+                "runs the learner's code alone",
+            ]
         swapped: list[tuple[Any, Any]] = []
         state.update(reached="", other="")
         timer["fired"] = False
