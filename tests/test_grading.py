@@ -2386,6 +2386,10 @@ def test_the_watchdog_kills_past_a_notebook_budget_or_too_many_processes(tmp_pat
                 if how == "notebook"
                 else "stopped: it ran more than 3 processes"
             ), reason
+            for _ in range(100):  # SIGKILL sent; the children exit
+                if not psutil.Process(root.pid).children():
+                    break
+                time.sleep(0.05)
             assert psutil.Process(root.pid).children() == []
         finally:
             if watchdog is not None:

@@ -318,10 +318,11 @@ class Watchdog:
         self._stop(reason)
 
     def _stop(self, reason: str) -> None:
-        self.stopped.setdefault(self.notebook, reason)
+        notebook = self.notebook
         self._cell = None
         self.clear()
         kill_descendants(self.root)
+        self.stopped.setdefault(notebook, reason)  # once the kill is done
 
 
 # ----------------------------------------------------------------------------------
