@@ -136,7 +136,7 @@ lint: setup-all
 
 # Two pytest workers, one torch thread each: a notebook, a subprocess run or the site
 # build on one core while the unit tests go on on the other (tests/README.md). The
-# suite executes the notebooks itself (tests/notebook_runs.py): nbmake's plugin is not
+# suite executes the notebooks itself (tests/helpers/notebook_runs.py): nbmake's plugin is not
 # loaded.
 test: lint
 	OMP_NUM_THREADS=1 GRPO_FAST=1 $(PY) -m pytest -n 2 -p no:cacheprovider -p no:nbmake \

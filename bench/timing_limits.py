@@ -6,7 +6,7 @@ machine, so it is measured by this script, in one run, on the tests' inputs:
 1. ``extract_boxed`` on five adversarial 1 MB texts (unclosed boxes, a million
    unclosed braces, deep nesting...): each under 1.0 s, a linear scan with no
    backtracking (tests/test_rewards.py, ``test_extract_boxed_on_adversarial_megabyte``).
-2. ``extract_boxed`` on 500 texts made of tests/strategies.py's ``BOXY_PIECES``:
+2. ``extract_boxed`` on 500 texts made of tests/helpers/strategies.py's ``BOXY_PIECES``:
    the slowest under 0.5 s.
 3. Both reward functions and ``extract_last_number`` on five adversarial 1 MB
    texts: under 1.0 s per text (``test_rewards_on_adversarial_megabyte``).

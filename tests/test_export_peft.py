@@ -31,7 +31,8 @@ ROUNDING = 2e-4
 
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory) -> Path:
-    """The tests' tiny run (``tests/tiny.py``), a checkpoint each step, trained."""
+    """The tests' tiny run (``tests/helpers/tiny.py``), a checkpoint each step,
+    trained."""
     root = tmp_path_factory.mktemp("tiny")
     settings = tiny(
         learning_rate=1e-2,

@@ -308,13 +308,13 @@ def test_the_local_engine_reads_settings_not_the_rewards_or_the_prompts():
 
 
 def test_no_test_imports_a_bench_script():
-    """A test runs a bench as its users do (``tests/benches.py``); what it needs
+    """A test runs a bench as its users do (``tests/helpers/benches.py``); what it needs
     from one lives in the package."""
     bench = Path(__file__).resolve().parents[1] / "bench"
     scripts = {path.stem for path in bench.glob("*.py")}
     tests = Path(__file__).resolve().parent
     found = []
-    for path in sorted(tests.glob("*.py")):
+    for path in sorted(tests.rglob("*.py")):
         tree = ast.parse(path.read_text())
         for node in ast.walk(tree):
             names = []
@@ -322,8 +322,12 @@ def test_no_test_imports_a_bench_script():
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 names = [node.module or ""]
-            found += [f"{path.name}: {n}" for n in names if n.split(".")[0] in scripts]
+            found += [
+                f"{path.relative_to(tests)}: {n}"
+                for n in names
+                if n.split(".")[0] in scripts
+            ]
     # the one helper that reaches bench/ runs its scripts in a process of their own
-    helper = (tests / "benches.py").read_text()
+    helper = (tests / "helpers" / "benches.py").read_text()
     assert "subprocess.run" in helper and "importlib" not in helper
     assert not found, found

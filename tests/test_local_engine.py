@@ -79,7 +79,8 @@ def sample_one(sampler, tok, text="Q: what is 2+3?\nA:", **kw):
 
 
 def assert_same_gradient(x: torch.Tensor, y: torch.Tensor, rel: float = 1e-4) -> None:
-    """Two gradients equal up to the order of float32 sums (``tests/tensors.py``)."""
+    """Two gradients equal up to the order of float32 sums
+    (``tests/helpers/tensors.py``)."""
     err = rel_err(x, y)
     assert err <= rel, f"gradients differ: |x - y| / |x| = {err:.3e}"
 

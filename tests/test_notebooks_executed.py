@@ -1,6 +1,6 @@
 """Every notebook executed top to bottom in fast mode, once per session.
 
-``tests/notebook_runs.py`` executes each notebook once (the ``notebook_runs``
+``tests/helpers/notebook_runs.py`` executes each notebook once (the ``notebook_runs``
 fixture) with the solutions' self-checks added at its end. From that one execution:
 
 * the notebook runs without an error (the training notebooks assert in their own

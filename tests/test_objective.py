@@ -2,11 +2,11 @@
 updates with the clipped ratio, and the defaults that reproduce the demo loop.
 
 The first half checks the pure functions by hand. The second half runs the sync and
-the async loop on tiny-random behind a spy (``tests/spies.py``) and checks what the
-*engine received*: the ``loss_fn``, the ``loss_fn_config``, how many updates per
-batch, and every Datum's advantages, recomputed here from the run's samples (and,
-for the KL penalty, from the base model's own logprobs) rather than taken from the
-loop's bookkeeping."""
+the async loop on tiny-random behind a spy (``tests/helpers/spies.py``) and checks
+what the *engine received*: the ``loss_fn``, the ``loss_fn_config``, how many
+updates per batch, and every Datum's advantages, recomputed here from the run's
+samples (and, for the KL penalty, from the base model's own logprobs) rather than
+taken from the loop's bookkeeping."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ``mask_truncated`` (DAPO's overlong filtering, TRL's ``mask_truncated_completions``)
 leaves the completions that ``max_tokens`` cut off out of the loss;
 ``grad_clip_norm`` clips the gradient's global norm before Adam. Each is checked on
-what the engine *received*: the spy of ``tests/spies.py`` records the Datums of
+what the engine *received*: the spy of ``tests/helpers/spies.py`` records the Datums of
 every ``forward_backward`` and the ``AdamParams`` of every ``optim_step`` that the
 loop sent, so a loop that computes the right thing but sends something else fails.
 Also: validation, the command line, and the TRL mapping (without TRL installed).
@@ -64,7 +64,7 @@ def service(tmp_path_factory):
 
 
 def _sent(service, config, mode="sync"):
-    """What the engine received from one run of the loop (``tests/spies.py``),
+    """What the engine received from one run of the loop (``tests/helpers/spies.py``),
     its sampler relabelled by :class:`_StopEvenSequences`."""
     spy = EngineSpy(service, wrap_sampler=_StopEvenSequences)
     if mode == "sync":

@@ -19,7 +19,7 @@ without the ``min(1, .)`` cap or without "no flips gives 1.0", ``step_summary``
 counting only all-zero groups as degenerate, ``smallest_budget`` stopping at 4096;
 and a right answer that was rejected, ``grpo_step`` with one ``forward_backward``
 per group, passes. Notebook 10's ``train_loop`` is held against ``train_sync`` by
-``loop_check``; its wrong loops (``tests/wrong_loops.py``) are issue 44's.
+``loop_check``; its wrong loops (``tests/helpers/wrong_loops.py``) are issue 44's.
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOKS = ROOT / "notebooks"
 STEMS = tuple(p.stem for p in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")))
 ADDED_TAG = "pytest-solution-check"
@@ -140,7 +140,7 @@ def with_solution_checks(nb, stem: str):  # noqa: ANN001, ANN201
     override = PARAMETER_OVERRIDES.get(stem)
     if override:
         (parameters,) = [c for c in nb.cells if "parameters" in _tags(c)]
-        parameters.source += f"\n{override}  # set by tests/notebook_runs.py"
+        parameters.source += f"\n{override}  # set by tests/helpers/notebook_runs.py"
     nb.cells += added
     return nb
 
@@ -245,7 +245,7 @@ def execute(stem: str, out_dir: Path) -> Execution:
         "fast": True,
         "seconds": round(seconds, 1),
         "status": "FAILED" if error else "ok",
-        "executed_by": "tests/notebook_runs.py",
+        "executed_by": "tests/helpers/notebook_runs.py",
     }
     path = out_dir / f"{stem}.ipynb"
     nbformat.write(nb, path)
