@@ -22,7 +22,7 @@ import textwrap
 import pandas as pd
 import pytest
 import torch
-from test_training import TIMING, final_lora, subprocess_env
+from training_runs import TIMING, final_lora, subprocess_env
 
 from grpo_helpers import data, run_files, training
 from grpo_helpers.classroom.loop_check import CHECK_RUN

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import os
 import re
 import signal
 import subprocess
@@ -17,6 +16,7 @@ import pandas as pd
 import pytest
 import torch
 from tiny import tiny
+from training_runs import TIMING, closed_port, final_lora, subprocess_env
 
 from grpo_helpers import run_checks, run_files, settings, training
 from grpo_helpers.cli import main as cli_main
@@ -24,22 +24,6 @@ from grpo_helpers.config import GRPOConfig
 from grpo_helpers.engines import connect
 from grpo_helpers.local import checkpoints
 from grpo_helpers.results import recorded_runs
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def subprocess_env(**extra: str) -> dict[str, str]:
-    """The environment of a Python subprocess that runs this checkout's package
-    (an editable install may point elsewhere when the subprocess starts in another
-    folder), on one thread."""
-    path = [str(ROOT), os.environ.get("PYTHONPATH", "")]
-    return {
-        **os.environ,
-        "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join(filter(None, path)),
-        **extra,
-    }
-
 
 #: The tests' tiny run with 2 completions a group, the binary reward and a
 #: checkpoint every step.
@@ -349,15 +333,6 @@ def test_cli_train_with_demo_flags_and_no_secret_in_run_dir(
         assert secret.encode() not in path.read_bytes(), path
 
 
-def closed_port() -> int:
-    """A port on this machine where nothing listens (bound, then released)."""
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_cli_train_on_pytrio_fails_without_showing_or_writing_the_key(tmp_path):
     """The one backend that reads PYTRIO_API_KEY, with no server to answer (a
@@ -451,12 +426,6 @@ KILLER = textwrap.dedent(
     training.train(config(killed), mode, progress=False, on_step=kill_after_two_steps)
     """
 )
-TIMING = ("seconds_sampling", "seconds_training", "seconds_total", "seconds_refill")
-
-
-def final_lora(run_dir: Path) -> dict:
-    weights = json.loads((run_dir / "weights.json").read_text())["path"]
-    return checkpoints.load_checkpoint(weights)[1]
 
 
 @pytest.mark.slow
