@@ -43,6 +43,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(_ROOT), os.environ.get("PYTHONPATH", "")])
 )
 
+# The comparisons the local engine's tests share (tests/helpers/local_engine.py)
+# assert as the tests do: their failures say what differed.
+pytest.register_assert_rewrite("local_engine")
+
 from notebook_runs import NotebookRuns  # noqa: E402
 from tiny import tiny  # noqa: E402
 
