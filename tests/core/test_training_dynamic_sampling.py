@@ -8,7 +8,7 @@ metrics and in ``samples.jsonl``; the next step starts after the questions it dr
 the async loop draws the same questions; a run killed during an extra batch resumes
 to the uninterrupted run; bad values are refused by name. With the bound 0 the
 loop sends the demo scripts' Datums: notebook 10's check holds ``train_sync``
-against an independent loop (``test_wrong_answers.py``, ``train_loop``).
+against an independent loop (``tests/classroom/test_self_checks.py``, ``train_loop``).
 """
 
 from __future__ import annotations

@@ -3,11 +3,12 @@
 A notebook costs seconds to minutes to run, so the suite runs each one once and
 every test that needs its outputs reads the same executed copy:
 
-* ``test_notebooks_executed``: it ran top to bottom without an error (what nbmake
-  checked), its stubs made the self-checks print "not yet" with hints that never
+* ``tests/notebooks/test_executed.py``: it ran top to bottom without an error (what
+  nbmake checked), its stubs made the self-checks print "not yet" with hints that never
   show the answer, and the solutions make them print "ok" and pass the hidden
   tests;
-* ``test_book``: the course site is built from these executed copies.
+* ``tests/classroom/test_course.py``: the course site is built from these executed
+  copies.
 
 How one notebook runs (:meth:`NotebookRuns.get`):
 

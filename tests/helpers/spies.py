@@ -7,7 +7,8 @@ the loop submitted them, sync or async, then pass the call on unchanged. A test
 asserts on those calls, so it fails when the loop computes the right numbers but
 sends others. ``wrap_sampler`` wraps every sampler the training clients hand out
 (``save_weights_and_get_sampling_client``): a test can change what the loop
-*receives* from the sampler, as ``tests/test_safeguards.py`` does with stop reasons.
+*receives* from the sampler, as ``tests/core/test_training_safeguards.py`` does with
+stop reasons.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Notebook 10's loop written wrong, once: the named wrong loops that
-``loop_check.train_loop_check`` must fail (``tests/test_wrong_answers.py``).
+``loop_check.train_loop_check`` must fail (``tests/classroom/test_self_checks.py``).
 
 ``wrong_loop(**slip)`` is the reference solution with one slip: the sampler made
 once before the loop, degenerate groups sent, std-scaled advantages, no
@@ -122,7 +122,7 @@ def wrong_loop(
     return train_loop
 
 
-#: The wrong loops by name, as ``test_wrong_answers.py`` lists them.
+#: The wrong loops by name, as ``tests/classroom/test_self_checks.py`` lists them.
 WRONG_LOOPS = {
     "the sampler made once, before the loop (a stale policy)": wrong_loop(stale=True),
     "a degenerate group sent": wrong_loop(send_degenerate=True),

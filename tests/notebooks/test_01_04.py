@@ -10,7 +10,7 @@ Three kinds of checks:
 * exercises: one exercise cell (tagged ``exercise``) and one self-check cell (tagged
   ``self-check``) per exercise, and the solutions' functions give known answers.
   That the stubs make the checks print "not yet" and the solutions "ok" is checked
-  on the session's one execution of each notebook (``test_notebooks_executed``).
+  on the session's one execution of each notebook (``test_executed.py``).
 
 Cells are executed in a namespace made by the notebook's opening cell (its imports),
 so the tests use exactly the code a learner sees.

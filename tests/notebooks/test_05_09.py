@@ -12,7 +12,7 @@ Three groups of tests:
   preset, stripped outputs. Their execution (every self-check printing "not yet"
   with the stubs, and, with the teacher's exercise and check cells run at the end
   of the same execution, "ok" and every hidden test passing) is checked on the one
-  execution per session of ``tests/test_notebooks_executed.py``.
+  execution per session of ``tests/notebooks/test_executed.py``.
 """
 
 from __future__ import annotations

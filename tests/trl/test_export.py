@@ -72,9 +72,9 @@ CARRIED = {
     "loss_fn",  # ppo and importance_sampling agree at mu = 1 (the oracle tests)
     "measure_kl",
     # TRL always trains the tempered policy: what changes is the export's note
-    # (test_train_temperature.py::test_the_trl_export_says_which_policy_it_trains)
+    # (tests/core/test_training_temperature.py, the_trl_export_says_which_policy...)
     "train_temperature",
-    "dynamic_sampling",  # refused when on (test_dynamic_sampling.py)
+    "dynamic_sampling",  # refused when on (core/test_training_dynamic_sampling.py)
 }
 
 
