@@ -214,6 +214,8 @@ def test_cli_eval_takes_its_flags_from_the_eval_config():
     assert re.search(r"--max-tokens\b", help_text) is None
     # every preset's evaluation part is a valid EvalConfig
     for preset in (presets.NOTEBOOK_EVAL, presets.DEMO_EVAL, presets.FAST_EVAL):
-        presets.eval_part(preset)
+        EvalConfig(**{k: v for k, v in preset.items() if k in presets.EVAL_KEYS})
+    pytrio = {k: v for k, v in presets.PYTRIO.items() if k in presets.EVAL_KEYS}
+    assert EvalConfig(**pytrio).eval_max_tokens == 512
     with pytest.raises(ValueError, match="eval_max_tokens must be >= 1"):
         EvalConfig(eval_max_tokens=0)

@@ -7,6 +7,7 @@ import builtins
 import math
 from pathlib import Path
 
+import pandas as pd
 import pytest
 from tiny import tiny, tiny_flags
 
@@ -35,6 +36,34 @@ def swanlab_start(log_dir: Path):
     raise AssertionError(f"no start record in {path}")
 
 
+def read_swanlab(log_dir: Path) -> pd.DataFrame:
+    """The scalars an offline or local SwanLab run logged: one row per step (columns
+    ``step`` and one per logged key), read from the newest ``run-*/run-*.swanlab``
+    file under ``log_dir`` with SwanLab's own record reader (SwanLab 0.10.3)."""
+    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
+    from swanlab.sdk.internal.core_python.store import DataStoreReader
+
+    files = sorted(Path(log_dir).glob("run-*/run-*.swanlab"))
+    if not files:
+        raise FileNotFoundError(f"No SwanLab run under {log_dir}")
+    reader = DataStoreReader()
+    reader.open(files[-1])
+    rows: dict[int, dict[str, float]] = {}
+    try:
+        for data in reader:
+            record = Record()
+            record.ParseFromString(data)
+            if record.WhichOneof("record_type") != "scalar":
+                continue
+            scalar = record.scalar
+            rows.setdefault(scalar.step, {})[scalar.key] = scalar.value.number
+    finally:
+        reader.close()
+    return pd.DataFrame(
+        [{"step": step, **values} for step, values in sorted(rows.items())]
+    )
+
+
 def test_a_run_logs_to_swanlab_offline_and_reads_back(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # SwanLab writes nothing outside the run directory
     config = GRPOConfig(
@@ -46,7 +75,7 @@ def test_a_run_logs_to_swanlab_offline_and_reads_back(tmp_path, monkeypatch):
     )
     assert config.swanlab_mode == "offline"
     result = training.train_sync(config, progress=False)
-    logged = tracking.read_swanlab(tmp_path / "run" / "swanlog")
+    logged = read_swanlab(tmp_path / "run" / "swanlog")
     assert list(logged["step"]) == [0, 1]
     metrics = result.metrics
     for key in ("reward_mean", "accuracy", "frac_degenerate", "sampled_tokens"):
@@ -84,7 +113,7 @@ def test_the_cli_flags_of_the_demo_scripts_reach_swanlab(tmp_path, monkeypatch):
         ]
     )
     assert code == 0
-    logged = tracking.read_swanlab(tmp_path / "run" / "swanlog")
+    logged = read_swanlab(tmp_path / "run" / "swanlog")
     assert list(logged["step"]) == [0]
     start = swanlab_start(tmp_path / "run" / "swanlog")
     assert (start.project, start.name) == ("my-project", "my-run")

@@ -276,7 +276,8 @@ def test_quick_ablation_writes_what_the_knobs_notebook_reads(tmp_path):
     budget = ablation.budget_level(results)  # the dynamic variant at equal samples
     assert list(budget["variant"]) == ["dynamic sampling (DAPO)"]
     assert budget["samples_ratio"].iloc[0] >= 1.0
-    assert not ablation.held_out_frame(results).empty
+    # every run scored its held-out questions on the way
+    assert all(r["held_out"] for r in results)
     # the clipped variant logs its clip fraction on the steps that updated
     ppo = next(r for r in results if r["variant"] == "ppo, mu=2")
     updated = [m for m in ppo["metrics"] if m["updated"]]
