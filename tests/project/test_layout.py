@@ -14,43 +14,22 @@ module of the package is an arrow.
 * ``local/`` reads the settings and writes atomically; it never imports the
   rewards, the prompts or anything else of the core.
 * No circle, and no module over 600 lines whose docstring does not say why.
+* The tests mirror the package: each module that defines something has a test file
+  named for it in its wing's folder (``grpo_helpers/local/forward.py``: its tests
+  in ``tests/local/test_forward.py``, or ``test_forward_<aspect>.py``), or is
+  listed in :data:`TESTED_THROUGH` with the file that tests it; a test file of a
+  wing names one of its modules; no test file is over 800 lines
+  (:data:`LONG_TEST_FILES` apart).
 """
 
 from __future__ import annotations
 
 import ast
 import re
+from collections import defaultdict
 from pathlib import Path
 
-# --- the package's public face -------------------------------------------------
-
-
-def test_package_exports_and_import_is_light() -> None:
-    import subprocess
-    import sys
-
-    code = (
-        "import sys, grpo_helpers as g\n"
-        "assert g.__all__ == ['advantages', 'data', 'datum', 'prompts', 'rewards']\n"
-        "assert all(getattr(g, m).__name__ == 'grpo_helpers.' + m for m in "
-        "['advantages', 'data', 'datum', 'prompts', 'rewards'])\n"
-        "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
-        "assert not heavy, heavy\n"
-    )
-    root = Path(__file__).resolve().parents[2]
-    result = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        timeout=120,  # a guard against a hang
-    )
-    assert result.returncode == 0, result.stderr
-
-
 PACKAGE = "grpo_helpers"
-
-
 ROOT = Path(__file__).resolve().parents[2] / PACKAGE
 
 #: Lines above which a module's docstring must say why it stays whole.
@@ -59,8 +38,6 @@ MAX_LINES = 600
 #: What the local engine may use outside ``local/``: the environment it reads and
 #: the writer of its checkpoints and model cache.
 BASE = ("settings", "atomic_write")
-
-
 #: The core the notebooks teach, at the top of the package (``local/`` apart).
 CORE = (
     "advantages",
@@ -367,3 +344,234 @@ def test_no_test_imports_a_bench_script():
     helper = (tests / "helpers" / "benches.py").read_text()
     assert "subprocess.run" in helper and "importlib" not in helper
     assert not found, found
+
+
+# --- the package's public face -------------------------------------------------
+
+
+def test_package_exports_and_import_is_light() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, grpo_helpers as g\n"
+        "assert g.__all__ == ['advantages', 'data', 'datum', 'prompts', 'rewards']\n"
+        "assert all(getattr(g, m).__name__ == 'grpo_helpers.' + m for m in "
+        "['advantages', 'data', 'datum', 'prompts', 'rewards'])\n"
+        "heavy = [m for m in ('torch', 'transformers') if m in sys.modules]\n"
+        "assert not heavy, heavy\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=120,  # a guard against a hang
+    )
+    assert result.returncode == 0, result.stderr
+
+
+# --- the tests mirror the package ----------------------------------------------
+
+TESTS = Path(__file__).resolve().parents[1]
+
+#: Lines above which a test file is split along the modules it tests.
+MAX_TEST_LINES = 800
+#: Test files allowed over :data:`MAX_TEST_LINES` for now, and why.
+LONG_TEST_FILES = {
+    "classroom/test_grading.py": "split after issue 47 lands",
+}
+#: Modules without a test file of their own: the test file (under ``tests/``) that
+#: tests each, and how.
+TESTED_THROUGH = {
+    "grpo_helpers": (
+        "project/test_layout.py",
+        "the package's face: its exports, imported in a fresh process "
+        "(test_package_exports_and_import_is_light)",
+    ),
+    "grpo_helpers.local": (
+        "local/test_service.py",
+        "the local engine's face: the client classes it hands out on first use",
+    ),
+    "grpo_helpers.checks": (
+        "core/test_data.py",
+        "the argument errors of data and arithmetic (test_bad_limit, "
+        "test_batch_validation; core/test_arithmetic.py), and its doctests",
+    ),
+    "grpo_helpers.provenance": (
+        "core/test_training.py",
+        "the provenance.json a run writes and a resume on another model file "
+        "refused; results/test_recorded_runs.py, the model of a recorded run",
+    ),
+    "grpo_helpers.run_files": (
+        "core/test_training.py",
+        "the loops write, resume and read run directories; core/test_cli.py "
+        "refuses damaged ones",
+    ),
+    "grpo_helpers.local.counters": (
+        "local/test_forward.py",
+        "every comparison of two paths asserts which path the counters saw "
+        "(local/test_prompt_cache.py too)",
+    ),
+    "grpo_helpers.local.plain": (
+        "classroom/test_self_checks.py",
+        "notebook 04's plain-PyTorch step runs on it (grpo_step_by_hand)",
+    ),
+    "grpo_helpers.classroom.grading_guard": (
+        "classroom/test_grading.py",
+        "the guards of the grading process, attacked by the graded students",
+    ),
+    "grpo_helpers.classroom.hidden_tests": (
+        "classroom/test_grading.py",
+        "the hidden tests pass the solutions and fail stubs and wrong answers",
+    ),
+    "grpo_helpers.classroom.notebooks": (
+        "notebooks/test_executed.py",
+        "it executes every notebook once per session (helpers/notebook_runs.py)",
+    ),
+    "grpo_helpers.classroom.plain_step": (
+        "classroom/test_self_checks.py",
+        "plain_step_check fails grpo_step_by_hand's wrong answers",
+    ),
+    "grpo_helpers.results.heldout": (
+        "trl/test_export_peft.py",
+        "the held-out result of an export's model card; notebooks 07 and 08 call it",
+    ),
+    "grpo_helpers.trl.export_card": (
+        "trl/test_export_peft.py",
+        "the model card of an exported adapter or merged model",
+    ),
+    "grpo_helpers.trl.export_checks": (
+        "trl/test_export_peft.py",
+        "an export that disagrees with the engine is refused and not written",
+    ),
+    "grpo_helpers.trl.export_readme": (
+        "trl/test_export.py",
+        "what the exported README says the temperature and the KL change",
+    ),
+}
+
+
+def defines_something(path: Path) -> bool:
+    """Whether a module defines a function or a class (an ``__init__`` that only
+    imports, and ``__main__``, need no test file of their own)."""
+    tree = ast.parse(path.read_text())
+    kinds = (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+    return any(isinstance(node, kinds) for node in tree.body)
+
+
+def folder_of(module: str) -> str:
+    """The folder under ``tests/`` of a module's tests: its wing, or ``core``."""
+    here = layer(module)
+    return "core" if here in ("base", "core", "door") else here
+
+
+def mirror(tests: Path, modules: list[str]) -> tuple[dict[str, list[str]], list[str]]:
+    """``({module: its test files}, test files of a wing that name no module)``.
+
+    ``test_<name>.py`` and ``test_<name>_<aspect>.py`` in the module's folder name
+    it; of two names that fit (``export``, ``export_peft``) the longer wins."""
+    by_folder: dict[str, dict[str, str]] = defaultdict(dict)
+    for module in modules:
+        by_folder[folder_of(module)][module.rsplit(".", 1)[-1]] = module
+    found: dict[str, list[str]] = defaultdict(list)
+    strays = []
+    for folder, names in sorted(by_folder.items()):
+        for path in sorted((tests / folder).glob("test_*.py")):
+            stem = path.stem.removeprefix("test_")
+            fits = [n for n in names if stem == n or stem.startswith(n + "_")]
+            where = f"{folder}/{path.name}"
+            if fits:
+                found[names[max(fits, key=len)]].append(where)
+            else:
+                strays.append(where)
+    return dict(found), strays
+
+
+def untested(
+    tests: Path, modules: list[str], through: dict[str, tuple[str, str]]
+) -> list[str]:
+    """What breaks the mirror: a module with neither a test file nor an entry in
+    ``through``, an entry naming a missing file, or one for a module that has a
+    test file of its own (or is no module)."""
+    found, _ = mirror(tests, modules)
+    problems = [
+        f"{m}: no tests/{folder_of(m)}/test_{m.rsplit('.', 1)[-1]}.py"
+        for m in modules
+        if m not in found and m not in through
+    ]
+    for module, (path, _) in sorted(through.items()):
+        if module not in modules:
+            problems.append(f"{module}: listed as tested through {path}, no module")
+        elif module in found:
+            problems.append(f"{module}: listed, but has {found[module]}")
+        elif not (tests / path).is_file():
+            problems.append(f"{module}: tested through {path}, which does not exist")
+    return problems
+
+
+def modules_to_test() -> list[str]:
+    return [name for name, path in module_names().items() if defines_something(path)]
+
+
+def test_every_module_has_a_test_file_named_for_it():
+    modules = modules_to_test()
+    assert len(modules) > 50  # the walker read the package
+    problems = untested(TESTS, modules, TESTED_THROUGH)
+    assert not problems, "\n".join(problems)
+
+
+def test_every_test_file_of_a_wing_names_one_of_its_modules():
+    _, strays = mirror(TESTS, modules_to_test())
+    assert not strays, (
+        "name each after the module whose behaviour it asserts "
+        "(tests/<wing>/test_<module>[_<aspect>].py): " + ", ".join(strays)
+    )
+
+
+def test_the_mirror_rule_catches_a_new_module_without_tests(tmp_path):
+    tests = tmp_path / "tests"
+    for folder in ("core", "local", "trl"):
+        (tests / folder).mkdir(parents=True)
+    for name in (
+        "core/test_data.py",
+        "local/test_forward_shared.py",
+        "trl/test_export_peft.py",
+        "core/test_misc.py",
+    ):
+        (tests / name).write_text("")
+    modules = [
+        "grpo_helpers.data",
+        "grpo_helpers.local.forward",
+        "grpo_helpers.trl.export",
+        "grpo_helpers.trl.export_peft",
+        "grpo_helpers.rewards",
+    ]
+    found, strays = mirror(tests, modules)
+    assert found == {
+        "grpo_helpers.data": ["core/test_data.py"],
+        "grpo_helpers.local.forward": ["local/test_forward_shared.py"],
+        "grpo_helpers.trl.export_peft": ["trl/test_export_peft.py"],
+    }
+    assert strays == ["core/test_misc.py"]
+    through = {"grpo_helpers.trl.export": ("trl/test_export_peft.py", "its card")}
+    assert untested(tests, modules, through) == [
+        "grpo_helpers.rewards: no tests/core/test_rewards.py"
+    ]
+    stale = {**through, "grpo_helpers.data": ("core/test_data.py", "")}
+    assert untested(tests, modules, stale)[-1].startswith("grpo_helpers.data: listed")
+
+
+def test_no_test_file_is_over_800_lines():
+    """A test file over 800 lines is split along the modules it tests; the one file
+    allowed over it now is listed with its reason."""
+    long = {
+        path.relative_to(TESTS).as_posix(): lines
+        for path in sorted(TESTS.rglob("*.py"))
+        if (lines := path.read_text().count("\n")) > MAX_TEST_LINES
+    }
+    assert set(long) <= set(LONG_TEST_FILES), {
+        name: lines for name, lines in long.items() if name not in LONG_TEST_FILES
+    }
+    assert all((TESTS / name).is_file() for name in LONG_TEST_FILES)
