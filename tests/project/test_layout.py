@@ -575,3 +575,46 @@ def test_no_test_file_is_over_800_lines():
         name: lines for name, lines in long.items() if name not in LONG_TEST_FILES
     }
     assert all((TESTS / name).is_file() for name in LONG_TEST_FILES)
+
+
+def package_map(text: str) -> dict[str, list[str]]:
+    """``{module: the test files its row names}`` from the tables of
+    ``docs/package.md`` (rows whose first cell is a module in backquotes and whose
+    last cell names test files under ``tests/``, "through" one or not)."""
+    rows = {}
+    table = None
+    for line in text.splitlines():
+        if line.startswith("| module |"):
+            table = "local" if "taught in" not in line and "used in" not in line else ""
+            continue
+        if not line.startswith("| `") or table is None:
+            table = None if not line.startswith("|") else table
+            continue
+        cells = [c.strip() for c in line.strip("|").split(" | ")]
+        name = cells[0].strip("`").replace("/", ".")
+        module = ".".join(filter(None, [PACKAGE, table, name]))
+        files = re.findall(
+            r"`((?:core|local|results|classroom|trl|notebooks|project)"
+            r"/test_[a-z0-9_]+)",
+            cells[-1],
+        )
+        rows[module] = [f"{f}.py" for f in files]
+    return rows
+
+
+def test_the_package_map_names_every_module_and_its_tests():
+    """``docs/package.md``'s map follows the package: one row per module that
+    defines something (the packages' faces apart), naming the file of its tests
+    (or the file it is tested through), and only test files that exist."""
+    text = (TESTS.parent / "docs" / "package.md").read_text()
+    rows = package_map(text)
+    modules = [m for m in modules_to_test() if module_names()[m].name != "__init__.py"]
+    assert sorted(rows) == sorted(modules), set(rows) ^ set(modules)
+    found, _ = mirror(TESTS, modules)
+    wrong = {}
+    for module, named in rows.items():
+        want = found.get(module) or [TESTED_THROUGH[module][0]]
+        missing = [f for f in named if not (TESTS / f).is_file()]
+        if not set(named) & set(want) or missing:
+            wrong[module] = (named, want)
+    assert not wrong, wrong
