@@ -1,4 +1,5 @@
-"""The classroom kit: a course site, and a student edition with hidden tests.
+"""The course as published from the notebooks: its site, and its student edition
+with hidden tests.
 
 ``make book`` (``python -m grpo_helpers book``) builds a static site of the whole
 series with Jupyter Book 1 (Sphinx + MyST-NB), offline:
