@@ -1,4 +1,4 @@
-"""Tests of notebooks 01-04 without running them end to end (test_notebooks_executed
+"""Tests of notebooks 01-04 without running them end to end (``test_executed.py``
 does that, once per session).
 
 Three kinds of checks:
