@@ -1,8 +1,8 @@
-"""Notebooks 05-07: their exercise solutions, what they compute by hand, their shape.
+"""Notebooks 05-09: their exercise solutions, what they compute by hand, their shape.
 
 Three groups of tests:
 
-* the solutions in ``notebooks/solutions/0[5-7]_*.py`` against the engine and the
+* the solutions in ``notebooks/solutions/0[5-9]_*.py`` against the engine and the
   package (tiny-random model on the local engine);
 * what the notebooks show by hand and the package also computes: the hand-made
   rollout group and Datums of notebook 05, ``loss_sum = -sum(A_i * C_i)`` at ratio 1,
