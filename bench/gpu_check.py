@@ -3,7 +3,7 @@
 Two faults only showed on a GPU: a mask built on the CPU and applied to CUDA scores
 (a crash on any padded batch), and a LoRA delta merged into bfloat16 weights (the
 sampler sampling from a policy other than the one being trained). The test suite
-pins both on the CPU (``tests/test_device_safety.py``); this script runs the real
+pins both on the CPU (the device tests of ``tests/local/``); this script runs the real
 thing, for the GPU default (bfloat16) and for float32:
 
 1. ``sampler``: which sampler the host chose (bfloat16: LoRA unmerged; float32 and

@@ -1,7 +1,7 @@
 """Print every number that the prose of the notebooks, the README and ``docs/``
 cites from the recorded runs, recomputed from their records
-(``grpo_helpers.results.facts``; ``tests/test_claims.py`` holds each cited sentence to
-them).
+(``grpo_helpers.results.facts``; ``tests/project/test_claims.py`` holds each cited
+sentence to them).
 
 Usage::
 

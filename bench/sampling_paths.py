@@ -22,7 +22,7 @@ client``), so the merge, the packing and the first prompt's prefill are paid as 
 notebook pays them. It reports the median seconds of each way, their ratio, and
 how many of the 16 completions came out token for token the same (the products
 add up in another order, so a draw that falls on the border between two tokens
-may change; see ``tests/test_engine_fast_paths.py``).
+may change; see ``same_until_a_cdf_boundary`` in ``tests/helpers/local_engine.py``).
 
 Run (about 5 minutes on 2 cores; nothing else running)::
 

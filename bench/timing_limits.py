@@ -5,17 +5,18 @@ machine, so it is measured by this script, in one run, on the tests' inputs:
 
 1. ``extract_boxed`` on five adversarial 1 MB texts (unclosed boxes, a million
    unclosed braces, deep nesting...): each under 1.0 s, a linear scan with no
-   backtracking (tests/test_rewards.py, ``test_extract_boxed_on_adversarial_megabyte``).
-2. ``extract_boxed`` on 500 texts made of tests/strategies.py's ``BOXY_PIECES``:
+   backtracking (tests/core/test_rewards.py,
+   ``test_extract_boxed_on_adversarial_megabyte``).
+2. ``extract_boxed`` on 500 texts made of tests/helpers/strategies.py's ``BOXY_PIECES``:
    the slowest under 0.5 s.
 3. Both reward functions and ``extract_last_number`` on five adversarial 1 MB
    texts: under 1.0 s per text (``test_rewards_on_adversarial_megabyte``).
 4. ``load_gsm8k(source="hub")`` with the Hub on a closed port: ConnectionError
    within 5 s; with a Hub that accepts connections but never answers (probe
-   timeout 0.5 s): within 3 s (tests/test_data.py, ``test_hub_*``).
+   timeout 0.5 s): within 3 s (tests/core/test_data.py, ``test_hub_*``).
 5. ``connect("pytrio")`` in a fresh interpreter, offline: without a key (twice)
    within 5 s each, with a bad key and ``retry_timeout_seconds=1`` within 30 s,
-   the whole subprocess within 90 s (tests/test_engines.py). It needs no network:
+   the whole subprocess within 90 s (tests/core/test_engines.py). It needs no network:
    what it measures is how fast the failure comes.
 
 Run::
@@ -55,7 +56,7 @@ from grpo_helpers.rewards import (  # noqa: E402
     extract_last_number,
 )
 
-# The inputs of tests/test_rewards.py, copied: there they sit in decorators.
+# The inputs of tests/core/test_rewards.py, copied: there they sit in decorators.
 BOXED_MEGABYTES = {
     "unclosed-boxes": "\\boxed{" * 150_000,
     "unclosed-braces": "\\boxed{" + "{" * 1_000_000,
@@ -72,7 +73,7 @@ REWARD_MEGABYTES = {
 }
 BOXY_MAX_PIECES = 24
 
-# The script of tests/test_engines.py, with a clock around each call.
+# The script of tests/core/test_engines.py, with a clock around each call.
 PYTRIO_SCRIPT = textwrap.dedent(
     """
     import json, time

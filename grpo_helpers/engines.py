@@ -1,4 +1,4 @@
-"""One function picks the engine: ``connect(backend)`` returns a ServiceClient;
+"""Reaching the engine: ``connect(backend)`` returns a ServiceClient, and
 :func:`run_coroutine` calls its ``_async`` methods from plain code.
 
 The rest of the series only calls PyTRIO's client methods on what ``connect`` returns,

@@ -38,7 +38,6 @@ __all__ = [
     "NOTEBOOK_EVAL",
     "PYTRIO",
     "backend_overrides",
-    "eval_part",
     "notebook_eval",
     "notebook_run",
 ]
@@ -169,17 +168,6 @@ def notebook_eval(fast: bool | None = None) -> dict[str, Any]:
     values = {**NOTEBOOK_EVAL, **(FAST_EVAL if fast else {})}
     EvalConfig(**values)  # each value within its knob's range
     return values
-
-
-def eval_part(preset: dict[str, Any]) -> EvalConfig:
-    """The evaluation settings of a preset (its :data:`EVAL_KEYS`) as an
-    ``EvalConfig``, checked by its knobs.
-
-    Example:
-        >>> eval_part(PYTRIO).eval_max_tokens
-        512
-    """
-    return EvalConfig(**{k: v for k, v in preset.items() if k in EVAL_KEYS})
 
 
 #: The local engine on one GPU: Qwen2.5-0.5B-Instruct on GSM8K itself. NOT YET

@@ -105,9 +105,10 @@ def bare_boxes(samples: pd.DataFrame, steps: int = STALL_STEPS) -> float | None:
     return float(last["text"].map(is_bare_box).mean())
 
 
-#: What :func:`stall_warning` quotes of the recorded runs (``tests/test_training.py``
-#: recomputes each from the records): the bare-box share of the last 10 steps of
-#: seeds 2 and 9, which stalled, and the largest among the seeds that learned.
+#: What :func:`stall_warning` quotes of the recorded runs
+#: (``tests/core/test_run_checks.py`` recomputes each from the records): the
+#: bare-box share of the last 10 steps of seeds 2 and 9, which stalled, and the
+#: largest among the seeds that learned.
 STALLED_BARE = "72.5% and 92.5%"
 LEARNED_BARE = "2.5%"
 #: Seeds 2 and 9 again from scratch with ``group_size = 16`` (validation split).

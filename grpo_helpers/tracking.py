@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
-
 INSTALL_HINT = (
     "Install it with `pip install -e '.[swanlab]'` (SwanLab 0.10.3; `make setup` "
     "does), or leave tracking off (swanlab=False, the default): the run directory's "
@@ -140,47 +138,10 @@ def start_swanlab(
     )
 
 
-def read_swanlab(log_dir: str | Path) -> pd.DataFrame:
-    """The scalars an offline or local SwanLab run logged: one row per step.
-
-    Reads the newest ``run-*/run-*.swanlab`` file under ``log_dir`` with SwanLab's
-    own record reader (SwanLab 0.10.3).
-
-    Returns:
-        Columns ``step`` and one per logged key.
-
-    Raises:
-        FileNotFoundError: no SwanLab run under ``log_dir``.
-    """
-    from swanlab.proto.swanlab.record.v1.record_pb2 import Record
-    from swanlab.sdk.internal.core_python.store import DataStoreReader
-
-    files = sorted(Path(log_dir).glob("run-*/run-*.swanlab"))
-    if not files:
-        raise FileNotFoundError(f"No SwanLab run under {log_dir}")
-    reader = DataStoreReader()
-    reader.open(files[-1])
-    rows: dict[int, dict[str, float]] = {}
-    try:
-        for data in reader:
-            record = Record()
-            record.ParseFromString(data)
-            if record.WhichOneof("record_type") != "scalar":
-                continue
-            scalar = record.scalar
-            rows.setdefault(scalar.step, {})[scalar.key] = scalar.value.number
-    finally:
-        reader.close()
-    return pd.DataFrame(
-        [{"step": step, **values} for step, values in sorted(rows.items())]
-    )
-
-
 __all__ = [
     "INSTALL_HINT",
     "TRACKERS",
     "loggable",
-    "read_swanlab",
     "start_swanlab",
     "start_trackio",
     "tracker_settings",

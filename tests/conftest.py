@@ -9,7 +9,7 @@ on ``PYTHONPATH``, so that a subprocess started in another folder does not impor
 another checkout's package through an editable install.
 
 Notebooks. ``notebook_runs`` executes each notebook once per session and hands the
-executed copies to every test that needs them (``tests/notebook_runs.py``).
+executed copies to every test that needs them (``tests/helpers/notebook_runs.py``).
 
 Evidence. The loop tests train tiny-random for real (its groups earn different
 rewards). Each records one line of evidence (steps updated, non-degenerate groups,
@@ -43,6 +43,10 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     filter(None, [str(_ROOT), os.environ.get("PYTHONPATH", "")])
 )
 
+# The comparisons the local engine's tests share (tests/helpers/local_engine.py)
+# assert as the tests do: their failures say what differed.
+pytest.register_assert_rewrite("local_engine")
+
 from notebook_runs import NotebookRuns  # noqa: E402
 from tiny import tiny  # noqa: E402
 
@@ -66,7 +70,7 @@ def notebook_runs(tmp_path_factory) -> NotebookRuns:
 
 @pytest.fixture
 def tiny_config(tmp_path) -> Callable[..., object]:
-    """``tiny_config(**changes)``: the tests' tiny run (``tests/tiny.py``) as a
+    """``tiny_config(**changes)``: the tests' tiny run (``tests/helpers/tiny.py``) as a
     ``GRPOConfig``, its run directory in this test's folder."""
     from grpo_helpers.config import GRPOConfig
 

@@ -31,8 +31,8 @@ Hints say *what* differs (the sign, the masked positions, the clip's side, the
 order of the calls), never the wanted value. Like
 :mod:`grpo_helpers.classroom.self_checks`, a failed check raises under
 ``GRPO_STRICT_CHECKS=1`` and the learner's code gets ``GRPO_CHECK_SECONDS`` seconds.
-``tests/test_engine_checks.py`` shows that each check passes the solutions and fails at
-least three named wrong answers.
+``tests/classroom/test_against_engine.py`` shows that each check passes the solutions
+and fails at least three named wrong answers.
 
 The module is longer than most (about 650 lines) because each check carries the
 recording client it needs; they stay together as one idea, a learner's code held

@@ -1,4 +1,5 @@
-"""The classroom kit: a course site, and a student edition with hidden tests.
+"""The course as published from the notebooks: its site, and its student edition
+with hidden tests.
 
 ``make book`` (``python -m grpo_helpers book``) builds a static site of the whole
 series with Jupyter Book 1 (Sphinx + MyST-NB), offline:
@@ -10,8 +11,8 @@ series with Jupyter Book 1 (Sphinx + MyST-NB), offline:
   in fast mode here, and its page starts with a note saying so;
 * math is rendered by a MathJax copied from the ``jupyter-server-mathjax``
   package, so the site loads nothing from the internet, at build time or when read
-  (``tests/test_book.py`` builds it with the network refused and scans every file
-  of the built site for an address it would load).
+  (``tests/classroom/test_course.py`` builds it with the network refused and scans
+  every file of the built site for an address it would load).
 
 ``make student`` (``python -m grpo_helpers student``) writes the student edition
 with nbgrader: the notebooks without their solutions, each graded cell carrying

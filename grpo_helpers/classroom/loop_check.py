@@ -20,7 +20,7 @@ names the first step and the first thing that differs, never a wanted value. The
 loop's metrics (one dict per step) are compared with ``train_sync``'s
 ``metrics.jsonl`` on the four the exercise asks for.
 
-``tests/test_wrong_answers.py`` holds the wrong loops that must fail: a sampler
+``tests/classroom/test_self_checks.py`` holds the wrong loops that must fail: a sampler
 made once, a degenerate group sent, std-scaled advantages, no ``optim_step``, one
 ``optim_step`` per group, the batch's prompts in another order.
 
@@ -48,7 +48,7 @@ __all__ = ["CHECK_RUN", "METRIC_KEYS", "check_config", "train_loop_check"]
 #: prompts x four completions, mean-only advantages, a large learning rate (an
 #: update visibly moves the weights), and a seed whose steps hold a degenerate group,
 #: two groups that teach in one step, and an update before the last step's samples
-#: (``tests/test_wrong_answers.py`` holds the seed to that).
+#: (``tests/classroom/test_loop_check.py`` holds the seed to that).
 CHECK_RUN: dict[str, Any] = {
     "base_model": "tiny-random",
     "backend": "local",

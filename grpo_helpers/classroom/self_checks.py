@@ -24,8 +24,9 @@ The second half of the module holds the checks of the exercises of notebooks 05,
 that a plausible wrong answer gets wrong (an all-right group, flips that make the
 McNemar sum pass 1, no flips at all, completions of different lengths...),
 besides the learner's own run where the notebook passes it, so that a check never
-depends on what a fast-mode run happened to produce. ``tests/test_wrong_answers.py``
-feeds every exercise's check at least three named wrong answers. The module is a
+depends on what a fast-mode run happened to produce.
+``tests/classroom/test_self_checks.py`` feeds every exercise's check at least three
+named wrong answers. The module is a
 little over 600 lines and stays whole: those checks are thin uses of
 ``self_check`` and ``property_check`` with their tables of cases, one idea with
 them (an answer held against the package, never shown), and torch-free, unlike

@@ -36,7 +36,8 @@ Example::
     >>> seen["training_plain_batches"], seen["training_shared_groups"]
     (1, 0)
 
-Introduced in: tests/test_engine_fast_paths.py (not taught in a notebook)
+Introduced in: tests/local/test_forward.py and test_prompt_cache.py (not taught in a
+notebook)
 """
 
 from __future__ import annotations

@@ -23,8 +23,9 @@ drop or repeat rows of its key/value cache (*select*). Two decoders provide them
 Both compute the same function; the tests check that sampled logprobs match a
 teacher-forced forward pass of the unmerged adapter to 1e-4.
 
-Two more shortcuts of the merged decoder, both checked against the plain loop by
-``tests/test_engine_fast_paths.py`` and timed by ``bench/sampling_paths.py``:
+Two more shortcuts of the merged decoder, both checked against the plain loop (by
+``tests/local/test_decoder.py`` and ``tests/local/test_prompt_cache.py``) and timed
+by ``bench/sampling_paths.py``:
 
 * **packed products** (:meth:`MergedLlamaDecoder.prepare`): on a CPU with MKL, a
   batch of 2-16 rows that may decode 16 steps or more has every weight re-laid

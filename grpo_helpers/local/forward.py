@@ -12,7 +12,7 @@ the adapter's gradients when asked:
 * the rest run in right-padded micro-batches of at most ``tokens_per_batch``
   padded tokens (:func:`_forward_plain`), their gradients added up.
 
-Both paths give the same numbers (``tests/test_engine_fast_paths.py`` compares them,
+Both paths give the same numbers (``tests/local/test_forward.py`` compares them,
 and :mod:`grpo_helpers.local.counters` says which ran). Every tensor a device
 touches is created on the model's device.
 

@@ -460,7 +460,7 @@ def _tiny_random_model() -> Any:
     same at every position. The output layer reads that channel as a per-token
     bias: digits (+9), the pieces of ``\\boxed{`` and ``}`` (+6) and the end of turn
     (+3.5). So tiny-random, still untrained, writes a number in most completions
-    (``tests/test_local_models.py`` checks it): a group of its completions earns
+    (``tests/local/test_models.py`` checks it): a group of its completions earns
     different shaped rewards, and the fast mode's loop has something to learn
     from. LoRA on the output projections can learn to move the channel like any
     other weight.

@@ -13,7 +13,7 @@ which ran (``sampling_*_prefills``):
    prompt the decoder ran on the same weights (the sync loop's second prompt of a
    step) runs only its own tokens, on the remembered start.
 
-Every tensor is created on the decoder's device. ``tests/test_engine_fast_paths.py``
+Every tensor is created on the decoder's device. ``tests/local/test_prompt_cache.py``
 checks that the shared and the recalled ways sample what the plain way samples.
 
 Introduced in: 05_sync_training_loop.ipynb (the engine's speed, not the maths)

@@ -308,16 +308,6 @@ def metrics_frame(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def held_out_frame(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
-    """Held-out accuracy at each scored step, one row per (variant, seed, step)."""
-    rows = [
-        {"variant": r["variant"], "seed": r["seed"], **{k: p[k] for k in p}}
-        for r in results
-        for p in r["held_out"]
-    ]
-    return pd.DataFrame(rows)
-
-
 def seed_differences(
     results: Sequence[Mapping[str, Any]], grade: str = "exact"
 ) -> pd.DataFrame:
@@ -627,7 +617,6 @@ __all__ = [
     "SEEDS",
     "VARIANTS",
     "baseline_learning",
-    "held_out_frame",
     "load_noise_pair",
     "load_results",
     "mechanism_table",

@@ -5,8 +5,9 @@ A sentence that explains a result quotes numbers. The notebooks, the README and
 name, recomputed from the recorded per-question records (their completions graded
 again from the text, :func:`evaluation.regrade`, never a stored grade) or from the
 recorded ablation. The notebooks print their sentences with :func:`say`, so their
-numbers are never typed; ``tests/test_claims.py`` holds every sentence the README and
-``docs/`` cite to these phrases; ``python bench/recorded_facts.py`` prints them all.
+numbers are never typed; ``tests/project/test_claims.py`` holds every sentence the
+README and ``docs/`` cite to these phrases; ``python bench/recorded_facts.py`` prints
+them all.
 
 * :func:`run_facts`: one recorded run (the evaluation notebooks, the README);
 * :func:`shaped_facts`: the shaped-reward run against the default one;

@@ -248,7 +248,7 @@ def _this_run(config: GRPOConfig) -> str:
 
 def _differences() -> str:
     differences = "\n".join(
-        f"- **{d.name}.** {d.text} (`tests/test_trl_oracle.py::{d.test}`)"
+        f"- **{d.name}.** {d.text} (`tests/trl/test_mapping_oracle.py::{d.test}`)"
         for d in KNOWN_DIFFERENCES
     )
     return f"""## Known differences between the two objectives

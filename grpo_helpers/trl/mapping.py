@@ -9,9 +9,9 @@ field's metadata, :func:`trl_settings` computes TRL's ``GRPOConfig`` for a run,
 constant between the two losses. :mod:`grpo_helpers.trl.export` writes the folder that
 trains the run with TRL from these.
 
-The losses are compared, not assumed: ``tests/test_trl_oracle.py`` computes TRL's
-own loss and the series' on the same tensors for each mapping below, and each known
-difference (:data:`KNOWN_DIFFERENCES`) names the test that pins it.
+The losses are compared, not assumed: ``tests/trl/test_mapping_oracle.py`` computes
+TRL's own loss and the series' on the same tensors for each mapping below, and each
+known difference (:data:`KNOWN_DIFFERENCES`) names the test that pins it.
 
 Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
@@ -43,7 +43,7 @@ __all__ = [
     "trl_version",
 ]
 
-#: The TRL release the mapping was checked against (tests/test_trl_oracle.py).
+#: The TRL release the mapping was checked against (tests/trl/test_mapping_oracle.py).
 TRL_VERSION = "1.16.0"
 INSTALL_HINT = (
     "pip install -e '.[trl]' in the grpo-notebooks checkout (TRL 1.16.0; it needs "
@@ -331,7 +331,7 @@ class Difference:
     Attributes:
         name: a short title.
         text: one or two sentences (the exported README prints them).
-        test: the test of ``tests/test_trl_oracle.py`` that pins it down.
+        test: the test of ``tests/trl/test_mapping_oracle.py`` that pins it down.
     """
 
     name: str

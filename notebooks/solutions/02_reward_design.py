@@ -1,6 +1,6 @@
 r"""Solutions to the exercises of 02_reward_design.ipynb.
 
-tests/test_notebooks_01_04.py runs the notebook's self-check cells on these.
+tests/notebooks/test_01_04.py runs the notebook's self-check cells on these.
 """
 
 BOX_OPEN = "\\boxed{"

@@ -1,6 +1,6 @@
 """Solutions to the exercises of 03_group_advantages.ipynb.
 
-tests/test_notebooks_01_04.py runs the notebook's self-check cells on these.
+tests/notebooks/test_01_04.py runs the notebook's self-check cells on these.
 """
 
 import math

@@ -1,6 +1,6 @@
 """Solutions to the exercises of 04_datum_alignment.ipynb.
 
-tests/test_notebooks_01_04.py runs the notebook's self-check cells on these.
+tests/notebooks/test_01_04.py runs the notebook's self-check cells on these.
 """
 
 

@@ -1,6 +1,6 @@
 """Solutions to the exercises of 05_sync_training_loop.ipynb.
 
-tests/test_notebooks_05_07.py checks these functions against the engine and the
+tests/notebooks/test_05_09.py checks these functions against the engine and the
 package.
 """
 

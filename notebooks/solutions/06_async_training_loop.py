@@ -1,6 +1,6 @@
 """Solutions to the exercises of 06_async_training_loop.ipynb.
 
-tests/test_notebooks_05_07.py checks these functions on the local engine.
+tests/notebooks/test_05_09.py checks these functions on the local engine.
 """
 
 from __future__ import annotations

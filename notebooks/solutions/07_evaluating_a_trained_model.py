@@ -1,6 +1,6 @@
 """Solutions to the exercises of 07_evaluating_a_trained_model.ipynb.
 
-tests/test_notebooks_05_07.py checks these functions against
+tests/notebooks/test_05_09.py checks these functions against
 ``grpo_helpers.results.evaluation``.
 """
 

@@ -1,6 +1,6 @@
 """Solutions to the exercises of 08_what_grpo_learned.ipynb.
 
-tests/test_notebooks_05_07.py checks these functions against
+tests/notebooks/test_05_09.py checks these functions against
 ``grpo_helpers.results.answers``.
 """
 

@@ -1,6 +1,6 @@
 """Solutions to the exercises of 09_what_the_knobs_do.ipynb.
 
-tests/test_notebooks_05_07.py checks these functions against
+tests/notebooks/test_05_09.py checks these functions against
 ``grpo_helpers.advantages``.
 """
 

@@ -1,7 +1,7 @@
 """Solutions to the exercises of 10_grpo_whole.ipynb.
 
-tests/test_wrong_answers.py checks ``train_loop`` against ``training.train_sync`` and
-fails the named wrong loops.
+tests/classroom/test_self_checks.py checks ``train_loop`` against
+``training.train_sync`` and fails the named wrong loops.
 """
 
 from __future__ import annotations

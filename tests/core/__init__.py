@@ -1,0 +1,1 @@
+"""Tests of the core of ``grpo_helpers``: its top-level modules."""

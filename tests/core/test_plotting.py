@@ -1,0 +1,24 @@
+"""grpo_helpers.plotting: the figures read recorded data and label what they show.
+
+Every figure is also drawn by the notebooks that use it, executed once per session
+(``tests/notebooks/test_executed.py``) and shown on the course site
+(``tests/classroom/test_course.py``).
+"""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+from grpo_helpers import plotting
+from grpo_helpers.results import recorded_runs
+
+
+def test_the_run_curves_plot_both_runs_with_their_labels():
+    run = recorded_runs.load_run()
+    axes = plotting.plot_run_curves(
+        {"your run": run.metrics.head(3), run.label: run.metrics}
+    )
+    labels = axes[0].get_legend_handles_labels()[1]
+    assert labels == ["your run", "recorded run"] == ["your run", run.label]
+    assert run.caption.startswith("python bench/cpu_grpo_demo.py")
+    plt.close("all")

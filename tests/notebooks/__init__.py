@@ -1,0 +1,1 @@
+"""Tests of the notebooks: their text, their solutions, their execution."""

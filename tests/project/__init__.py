@@ -1,0 +1,1 @@
+"""Tests of the project as a whole: layout, set-up, front door, claims, benches."""

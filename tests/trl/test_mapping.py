@@ -1,0 +1,178 @@
+"""grpo_helpers.trl.mapping: every setting of ``GRPOConfig`` mapped onto TRL 1.16,
+or refused by name.
+
+A new field without a rule fails; notebook 05's run maps setting by setting; the
+settings are TRL fields and build TRL's config; the GPU config generates with vLLM
+and the CPU config does not; notebook 09 says how TRL differs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+from needs_trl import import_trl
+from trl_runs import NOTEBOOK_05
+
+from grpo_helpers import presets
+from grpo_helpers.config import GRPOConfig
+from grpo_helpers.trl import export, mapping
+
+trl = import_trl()
+
+ROOT = Path(__file__).resolve().parents[2]
+
+TRL_FIELDS = {f.name for f in dataclasses.fields(trl.GRPOConfig)}
+
+
+#: Where a value goes when it is not a TRL GRPOConfig field.
+ELSEWHERE = {
+    "model",
+    "dataset",
+    "reward_funcs",
+    "LoraConfig.r",
+    "SWANLAB_PROJECT",
+    "SWANLAB_MODE",
+}
+
+
+# ------------------------------------------------------------------ the mapping
+
+
+def test_doctests_pass():
+    import doctest
+
+    assert doctest.testmod(mapping).failed == 0
+
+
+def test_every_config_field_is_mapped_or_refused_by_name():
+    """Fails when GRPOConfig gains a field without a rule in mapping.FIELD_RULES."""
+    fields = [f.name for f in dataclasses.fields(GRPOConfig)]
+    assert sorted(mapping.FIELD_RULES) == sorted(fields)
+    for name, rule in mapping.FIELD_RULES.items():
+        assert rule.how, name
+        for key in rule.trl:
+            assert key in TRL_FIELDS or key in ELSEWHERE, (name, key)
+        if not rule.trl:  # no TRL setting: it must be refusable
+            assert "refused" in rule.how, name
+
+
+def test_the_settings_are_trl_fields_and_build_trl_config(tmp_path):
+    config = GRPOConfig(**NOTEBOOK_05)
+    for target in ("cpu", "gpu"):
+        settings = mapping.trl_settings(config, target)
+        assert set(settings) <= TRL_FIELDS, set(settings) - TRL_FIELDS
+        values = settings | {"output_dir": str(tmp_path), "use_cpu": True}
+        args = trl.GRPOConfig(**values)
+        for key, value in settings.items():
+            if key not in ("output_dir", "report_to", "use_cpu"):
+                assert getattr(args, key) == value, key
+        # one generation of batch_size x group_size per optimiser step
+        assert args.generation_batch_size == config.batch_size * config.group_size
+
+
+def test_notebook_05s_run_maps_setting_by_setting():
+    nb = presets.NOTEBOOK
+    config = GRPOConfig(**NOTEBOOK_05)
+    s = mapping.trl_settings(config, "gpu")
+    completions = nb["batch_size"] * nb["group_size"]
+    assert s["per_device_train_batch_size"] == completions
+    assert s["num_generations"] == nb["group_size"]
+    assert s["gradient_accumulation_steps"] == s["steps_per_generation"] == 1
+    assert s["max_steps"] == nb["steps"]
+    assert s["max_completion_length"] == nb["max_tokens"]
+    assert (s["temperature"], s["top_p"], s["top_k"]) == (nb["temperature"], 1.0, 0)
+    assert s["learning_rate"] == nb["learning_rate"]
+    assert s["lr_scheduler_type"] == "constant"
+    assert (s["adam_beta1"], s["adam_beta2"], s["adam_epsilon"]) == (0.9, 0.95, 1e-12)
+    assert s["max_grad_norm"] == 0.0 and s["weight_decay"] == 0.0
+    # the series' defaults: token sum, mu = 1, no KL, mean-only advantages
+    assert s["loss_type"] == "dr_grpo" and s["num_iterations"] == 1
+    assert (s["epsilon"], s["epsilon_high"]) == (0.2, 0.2)
+    assert s["beta"] == 0.0 and s["scale_rewards"] == "none"
+    assert mapping.reward_names(config)[0] == nb["reward"]
+    assert s["reward_weights"][0] == 1.0 and sum(s["reward_weights"]) == 1.0
+    assert s["shuffle_dataset"] is False and s["seed"] == 0
+    assert s["chat_template_kwargs"] == {"enable_thinking": False}
+    assert s["output_dir"] == "runs/nb05-sync-trl" and s["save_strategy"] == "no"
+    assert mapping.loss_scale(config) == completions * nb["max_tokens"]
+
+
+@pytest.mark.parametrize(
+    ("changes", "fields"),
+    [
+        ({"temperature": 0.0}, ["temperature"]),
+        ({"normalization": "token_mean"}, ["normalization"]),  # batch_size 2
+        ({"updates_per_batch": 2}, ["loss_fn"]),  # importance_sampling, mu 2
+        (
+            {"loss_fn": "cispo", "updates_per_batch": 2},
+            ["loss_fn", "normalization"],
+        ),
+        ({"measure_kl": True}, ["measure_kl"]),
+        ({"dynamic_sampling": 2}, ["dynamic_sampling"]),
+        (
+            {"temperature": 0.0, "dynamic_sampling": 5},
+            ["temperature", "dynamic_sampling"],
+        ),
+    ],
+)
+def test_a_setting_trl_cannot_express_is_refused_by_name(tmp_path, changes, fields):
+    config = GRPOConfig(**(NOTEBOOK_05 | changes))
+    assert [name for name, _ in mapping.refusals(config)] == fields
+    with pytest.raises(mapping.ExportRefused) as refused:
+        export.export_trl(config, tmp_path / "out")
+    for name in fields:
+        assert f"{name}: " in str(refused.value)
+    assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_what_maps_at_the_edges_of_the_refusals():
+    one_group = GRPOConfig(**(NOTEBOOK_05 | {"batch_size": 1}))
+    token_mean = dataclasses.replace(one_group, normalization="token_mean")
+    assert mapping.trl_settings(token_mean, "cpu")["loss_type"] == "dapo"
+    cispo = dataclasses.replace(token_mean, loss_fn="cispo")
+    assert mapping.trl_settings(cispo, "cpu")["loss_type"] == "cispo"
+    kl = dataclasses.replace(one_group, kl_coef=0.1, measure_kl=True)
+    assert mapping.trl_settings(kl, "cpu")["beta"] == 0.1
+
+
+# ------------------------------------------------------------------ notebook 09
+
+
+def test_notebook_09_says_how_trl_differs():
+    notebook = json.loads(
+        (ROOT / "notebooks" / "09_what_the_knobs_do.ipynb").read_text()
+    )
+    cells = [
+        "".join(c["source"]) for c in notebook["cells"] if c["cell_type"] == "markdown"
+    ]
+    trl_cells = [i for i, c in enumerate(cells) if "TRL" in c and "dr_grpo" in c]
+    assert len(trl_cells) == 1
+    text = cells[trl_cells[0]]
+    for phrase in (
+        "`dapo`",
+        "`grpo`",
+        "`dr_grpo`",
+        "Bessel",
+        "temperature",
+        "k3",
+        "use_bias_correction_kl",
+        "bf16",
+        "3.11",
+    ):
+        assert phrase in text, phrase
+
+
+def test_the_gpu_config_generates_with_vllm_and_the_cpu_config_does_not():
+    trl = import_trl()
+    fields = trl.GRPOConfig.__dataclass_fields__
+    assert fields["use_vllm"].default is False  # TRL's own default: off
+    assert "colocate" in str(fields["vllm_mode"].metadata.get("help", "")) or (
+        fields["vllm_mode"].default == "colocate"
+    )
+    config = GRPOConfig(**NOTEBOOK_05)
+    gpu, cpu = mapping.trl_settings(config, "gpu"), mapping.trl_settings(config, "cpu")
+    assert (gpu["use_vllm"], gpu["vllm_mode"]) == (True, "colocate")
+    assert cpu["use_vllm"] is False and "vllm_mode" not in cpu
