@@ -114,49 +114,6 @@ def test_micro_batching_gives_the_same_gradient(tmp_path, tok):
         assert_same_gradient(p.grad, q.grad)
 
 
-def test_every_engine_job_runs_on_the_one_compute_thread(svc, tok, monkeypatch):
-    """Sampling batches and every training client's calls run on the engine's one
-    compute thread (``local.worker``: one OpenMP team for the process), in the
-    order submitted; a collected client's queued calls still run; a sample that the
-    compute thread itself waits for does not wait forever."""
-    import gc
-    import threading
-
-    from grpo_helpers.local import host as host_module
-    from grpo_helpers.local import worker
-
-    seen: list[tuple[str, int]] = []
-    generate = host_module.generate
-
-    def recorded_generate(*args, **kwargs):
-        seen.append(("sample", threading.get_ident()))
-        return generate(*args, **kwargs)
-
-    monkeypatch.setattr(host_module, "generate", recorded_generate)
-    tcs = [new_client(svc, seed=4), new_client(svc, seed=5)]
-    prompt, seq = sample_one(tcs[0].save_weights_and_get_sampling_client(), tok)
-    for n, tc in enumerate(tcs):
-        run_forward = tc._run_forward
-
-        def recorded(*args, n=n, run_forward=run_forward):
-            seen.append((f"train {n}", threading.get_ident()))
-            return run_forward(*args)
-
-        monkeypatch.setattr(tc, "_run_forward", recorded)
-        tc.forward_backward([grpo_datum(prompt, seq, 1.0)], "importance_sampling")
-    pending = tcs[1].optim_step(trio.AdamParams(learning_rate=1e-2))  # still queued
-    del tcs, tc
-    gc.collect()
-    assert pending.result().metrics["step"] == 1.0  # queued calls still run
-    compute = worker.submit(threading.get_ident).result()
-    assert [name for name, _ in seen] == ["sample", "train 0", "train 1"]
-    assert {ident for _, ident in seen} == {compute} != {threading.get_ident()}
-    # A sample waited for on the compute thread itself is decoded there, at once.
-    sampler = new_client(svc, seed=6).save_weights_and_get_sampling_client()
-    nested = worker.submit(sample_one, sampler, tok).result(timeout=120)
-    assert nested[1] and seen[-1] == ("sample", compute)
-
-
 @pytest.mark.parametrize("clip", [0.0, 1e-3])
 def test_optim_step_measures_the_gradient_norm_once(svc, tok, monkeypatch, clip):
     """The reported grad_norm is the one global norm a step computes:
