@@ -20,6 +20,8 @@ counting only all-zero groups as degenerate, ``smallest_budget`` stopping at 409
 and a right answer that was rejected, ``grpo_step`` with one ``forward_backward``
 per group, passes. Notebook 10's ``train_loop`` is held against ``train_sync`` by
 ``loop_check``; its wrong loops (``tests/helpers/wrong_loops.py``) are issue 44's.
+A property check's hint names the property, never the answer; a check stops an
+endless loop when a time limit is set.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from typing import Any
 import nbformat
 import pytest
 import pytrio as trio
+from grading_runs import practically_endless
 from wrong_answers import (
     FLIPS_AND_P,
     FRACTION_CUT_OFF,
@@ -438,3 +441,33 @@ def test_self_check_compares_ragged_lists_element_by_element():
     assert not self_checks.self_check(
         "ragged", lambda: short, want, tol=1e-9, strict=False
     )
+
+
+# ----------------------------------------------------------------------------------
+# A property check's hint, and the checks' time limit
+# ----------------------------------------------------------------------------------
+
+
+def test_property_check_hints_without_the_answer(capsys):
+    ok = self_checks.property_check(
+        "demo",
+        lambda: [3, 4],
+        {"every value is even": lambda got: all(v % 2 == 0 for v in got)},
+        strict=False,
+    )
+    assert not ok
+    assert capsys.readouterr().out == "demo: not yet\n    every value is even\n"
+    with pytest.raises(AssertionError, match="still the stub"):
+        self_checks.property_check("demo", lambda: [None], {}, strict=True)
+
+
+def test_checks_stop_an_endless_loop_when_a_limit_is_set(monkeypatch, capsys):
+    from dataclasses import replace
+
+    monkeypatch.setattr(
+        self_checks, "SETTINGS", replace(self_checks.SETTINGS, check_seconds=0.3)
+    )
+    assert not self_checks.self_check(
+        "loop", lambda: practically_endless(10), 1, strict=False
+    )
+    assert "took longer than 0.3 s" in capsys.readouterr().out

@@ -379,9 +379,7 @@ TESTS = Path(__file__).resolve().parents[1]
 #: Lines above which a test file is split along the modules it tests.
 MAX_TEST_LINES = 800
 #: Test files allowed over :data:`MAX_TEST_LINES` for now, and why.
-LONG_TEST_FILES = {
-    "classroom/test_grading.py": "split after issue 47 lands",
-}
+LONG_TEST_FILES: dict[str, str] = {}
 #: Modules without a test file of their own: the test file (under ``tests/``) that
 #: tests each, and how.
 TESTED_THROUGH = {
@@ -417,14 +415,6 @@ TESTED_THROUGH = {
     "grpo_helpers.local.plain": (
         "classroom/test_self_checks.py",
         "notebook 04's plain-PyTorch step runs on it (grpo_step_by_hand)",
-    ),
-    "grpo_helpers.classroom.grading_guard": (
-        "classroom/test_grading.py",
-        "the guards of the grading process, attacked by the graded students",
-    ),
-    "grpo_helpers.classroom.hidden_tests": (
-        "classroom/test_grading.py",
-        "the hidden tests pass the solutions and fail stubs and wrong answers",
     ),
     "grpo_helpers.classroom.notebooks": (
         "notebooks/test_executed.py",
