@@ -318,11 +318,10 @@ class Watchdog:
         self._stop(reason)
 
     def _stop(self, reason: str) -> None:
-        notebook = self.notebook
+        self.stopped.setdefault(self.notebook, reason)
         self._cell = None
         self.clear()
         kill_descendants(self.root)
-        self.stopped.setdefault(notebook, reason)  # once the kill is done
 
 
 # ----------------------------------------------------------------------------------
