@@ -2,9 +2,9 @@
 
 ``LocalTrainingClient.forward`` and ``forward_backward`` validate their Datums at
 the call (:func:`prepare`, PyTRIO's own planner) and queue :func:`run_forward` on
-the client's worker thread. It computes each Datum's target logprobs and the
-per-token loss (:mod:`grpo_helpers.local.losses`), and backpropagates the loss into
-the adapter's gradients when asked:
+the engine's compute thread (:mod:`grpo_helpers.local.worker`). It computes each
+Datum's target logprobs and the per-token loss (:mod:`grpo_helpers.local.losses`),
+and backpropagates the loss into the adapter's gradients when asked:
 
 * Datums that share a prefix (a GRPO group: one prompt, many completions) run that
   prefix once and their suffixes on top of its keys and values

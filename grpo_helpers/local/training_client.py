@@ -138,7 +138,7 @@ class LocalTrainingClient:
         self, job: forward.ForwardJob, backward: bool
     ) -> ForwardBackwardOutput:
         """:func:`grpo_helpers.local.forward.run_forward` with this client's
-        adapter and its service's options (runs on the worker thread)."""
+        adapter and its service's options (runs on the engine's compute thread)."""
         return forward.run_forward(
             self._host,
             self._adapter,
