@@ -59,7 +59,7 @@ class ModelHost:
     ) -> None:
         self.base_model = base_model
         # on the compute thread, like every other torch job (see local.worker)
-        self.model, self.tokenizer = worker.run(_load, base_model, device, dtype)
+        self.model, self.tokenizer = worker.run(load_model, base_model, device, dtype)
         self.device = next(self.model.parameters()).device
         #: ``"merged"`` or ``"plain"``: the sampler a merged_sampler=True service
         #: gets on this host (``decoder.choose_sampler``: plain below float32).
@@ -332,10 +332,6 @@ class SamplingScheduler:
                 self.host.eos_token_ids,
                 self.host.pad_token_id,
             )
-
-
-def _load(base_model: str, device: str, dtype: Any) -> tuple[Any, Any]:
-    return load_model(base_model, device=device, dtype=dtype)
 
 
 _hosts: dict[tuple[str, str, str], ModelHost] = {}
