@@ -36,6 +36,7 @@ __all__ = [
     "PeakMemory",
     "ROOT",
     "TINY",
+    "OneGroup",
     "connect",
     "model_name",
     "parser",
@@ -113,6 +114,51 @@ def policy_and_prompts(
     rows = data.load_split(config, "train").select(range(prompts))
     tokens = [prompt_module.build_prompt(tokenizer, r["question"]) for r in rows]
     return client, tokenizer, tokens
+
+
+class OneGroup:
+    """The merged decoder of ``model`` (as the engine builds it) with the series'
+    few-shot prompt prefilled once and fanned out to ``rows`` rows (one group), and
+    one decoding step's inputs: what the decoding-step benches time.
+
+    :meth:`step` runs that one step again (the cache rewound to the prompt).
+    """
+
+    def __init__(self, model: str, rows: int = 8) -> None:
+        import torch
+
+        from grpo_helpers import data
+        from grpo_helpers import prompts as prompt_module
+        from grpo_helpers.config import GRPOConfig
+        from grpo_helpers.local import decoder, models
+
+        self.model, tokenizer = models.load_model(model)
+        self.decoder = decoder.MergedLlamaDecoder(self.model)
+        row = data.load_split(GRPOConfig(dataset="arithmetic"), "train")[0]
+        self.prompt = prompt_module.build_prompt(tokenizer, row["question"])
+        self.rows = rows
+        n = len(self.prompt)
+        with torch.no_grad():
+            _, self.cache = self.decoder.prefill(*self.prompt_inputs(), n + 8, False)
+            self.decoder.select(self.cache, torch.zeros(rows, dtype=torch.long))
+        self.tokens = torch.randint(0, self.model.config.vocab_size, (rows,))
+        self.mask = torch.ones(rows, n + 1, dtype=torch.long)
+        self.positions = torch.full((rows,), n)
+
+    def prompt_inputs(self) -> tuple[Any, Any, Any]:
+        """The prompt's ids, attention mask and positions, one row."""
+        import torch
+
+        ids = torch.tensor([self.prompt])
+        return ids, torch.ones_like(ids), torch.arange(len(self.prompt))[None]
+
+    def step(self) -> Any:
+        """One decoding step of every row; its logits ``[rows, V]``."""
+        import torch
+
+        self.cache.length = len(self.prompt)
+        with torch.no_grad():
+            return self.decoder.step(self.tokens, self.mask, self.positions, self.cache)
 
 
 class PeakMemory:

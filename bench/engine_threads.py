@@ -57,34 +57,12 @@ def parse_args(argv: list[str] | None = None) -> Any:
 
 def decoding_step_ms(model_name: str, steps: int) -> float:
     """Median ms of one decoding step of 8 rows on the calling thread."""
-    import torch
-
-    from grpo_helpers import data, prompts
-    from grpo_helpers.config import GRPOConfig
-    from grpo_helpers.local import decoder as dec_mod
-    from grpo_helpers.local import models
-
-    model, tok = models.load_model(model_name)
-    dec = dec_mod.MergedLlamaDecoder(model)
-    row = data.load_split(GRPOConfig(dataset="arithmetic"), "train")[0]
-    prompt = prompts.build_prompt(tok, row["question"])
-    n, rows = len(prompt), 8
-    ids = torch.tensor([prompt])
-    with torch.no_grad():
-        _, cache = dec.prefill(
-            ids, torch.ones_like(ids), torch.arange(n)[None], n + 8, False
-        )
-        dec.select(cache, torch.zeros(rows, dtype=torch.long))
-    dec.prepare(rows, 47)
-    tokens = torch.randint(0, model.config.vocab_size, (rows,))
-    mask = torch.ones(rows, n + 1, dtype=torch.long)
-    positions = torch.full((rows,), n)
+    group = common.OneGroup(model_name, rows=8)
+    group.decoder.prepare(group.rows, 47)  # packed products, as the engine's
     times = []
     for _ in range(steps + 2):
-        cache.length = n
         t = time.perf_counter()
-        with torch.no_grad():
-            dec.step(tokens, mask, positions, cache)
+        group.step()
         times.append(time.perf_counter() - t)
     return 1000 * statistics.median(times[2:])
 

@@ -55,27 +55,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         print("this torch build has no MKL packed products: nothing to compare")
         return {}
 
-    from grpo_helpers import data, prompts
-    from grpo_helpers.config import GRPOConfig
     from grpo_helpers.local import decoder as dec_mod
-    from grpo_helpers.local import models
 
-    model, tok = models.load_model(args.model)
-    dec = dec_mod.MergedLlamaDecoder(model)
-    row = data.load_split(GRPOConfig(dataset="arithmetic"), "train")[0]
-    prompt = prompts.build_prompt(tok, row["question"])
-    n, rows = len(prompt), args.rows
-    ids = torch.tensor([prompt])
-    mask = torch.ones_like(ids)
+    group = common.OneGroup(args.model, args.rows)  # its prefill: the warm-up
+    dec, n, rows = group.decoder, len(group.prompt), group.rows
     with torch.no_grad():
-        dec.prefill(ids, mask, torch.arange(n)[None], n + 8, False)  # warm-up
         t = time.perf_counter()
-        _, cache = dec.prefill(ids, mask, torch.arange(n)[None], n + 8, False)
+        dec.prefill(*group.prompt_inputs(), n + 8, False)
         prefill_ms = (time.perf_counter() - t) * 1000
-        dec.select(cache, torch.zeros(rows, dtype=torch.long))
-    tokens = torch.randint(0, model.config.vocab_size, (rows,))
-    step_mask = torch.ones(rows, n + 1, dtype=torch.long)
-    positions = torch.full((rows,), n)
 
     weights = [w for layer in dec.layers for w in (layer.qkv, layer.o)]
     weights += [w for layer in dec.layers for w in (layer.gate_up, layer.down)]
@@ -103,10 +90,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     def step(linear: object) -> tuple[float, torch.Tensor]:
         dec_mod._linear = linear
         try:
-            cache.length = n
             t = time.perf_counter()
-            with torch.no_grad():
-                logits = dec.step(tokens, step_mask, positions, cache)
+            logits = group.step()
             return (time.perf_counter() - t) * 1000, logits
         finally:
             dec_mod._linear = plain_linear
