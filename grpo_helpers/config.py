@@ -56,6 +56,23 @@ LOSS_FNS = ("importance_sampling", "ppo", "cispo")
 #: What the loss trains (notebook 05, section 7): the model's own distribution
 #: ("1") or the tempered one the completions were sampled from ("sampling").
 TRAIN_TEMPERATURES = ("1", "sampling")
+#: Which logprob of a sampled token the update divides by (notebook 11): the
+#: sampler's at temperature 1 ("model"), the sampler's under the distribution the
+#: token was drawn from ("behaviour"), or the trainer's at the sampler's weights
+#: ("trainer", recomputed with ``forward``).
+SAMPLER_LOGPROBS = ("model", "behaviour", "trainer")
+#: Corrections of the sampler/trainer mismatch (TRL's ``vllm_importance_sampling_mode``
+#: names): a token's or a sequence's weight trainer/sampler truncated at the bounds
+#: (TIS) or set to 0 outside them (MIS).
+IS_CORRECTIONS = (
+    "none",
+    "token_truncate",
+    "token_mask",
+    "sequence_truncate",
+    "sequence_mask",
+)
+#: One ratio per token, or GSPO's one per sequence (TRL's importance_sampling_level).
+RATIO_LEVELS = ("token", "sequence")
 #: Knobs that earlier runs saved and no loop reads any more: dropped on reading.
 #: ``eval_limit`` ("test questions to evaluate after training") was read by none.
 RETIRED_FIELDS = ("eval_limit",)
@@ -409,7 +426,8 @@ class GRPOConfig:
         group="objective",
         trl=("loss_type", "epsilon", "epsilon_high"),
         trl_how="ppo -> TRL's clipped loss (the same formula); importance_sampling "
-        "-> the same at mu=1 (ratio 1: the clip never acts); cispo -> cispo",
+        "-> the same at mu=1 (ratio 1 where the sampler's logprobs are the trainer's: "
+        "the clip never acts); cispo -> cispo",
     )
     updates_per_batch: int = knob(
         1,
@@ -482,6 +500,56 @@ class GRPOConfig:
         trl_how="refused when > 0: TRL 1.16 has no dynamic sampling (its request, "
         "trl#3708, is open)",
     )
+    # When the sampler is not the trainer (notebook 11): which logprobs the ratio
+    # divides by, and the corrections of the gap between the two.
+    sampler_logprobs: str = knob(
+        "model",
+        "the logprob the ratio divides by: 'model', the sampler's at temperature 1 "
+        "(the demo scripts); 'behaviour', the sampler's under the distribution it "
+        "drew from (local engine); 'trainer', recomputed by the trainer at the "
+        "sampler's weights (TRL)",
+        choices=SAMPLER_LOGPROBS,
+        group="objective",
+        trl=("vllm_importance_sampling_correction",),
+        trl_how="trainer -> TRL's old logprobs, recomputed at the sampler's "
+        "weights; behaviour -> vLLM's processed logprobs, which TRL's correction "
+        "compares with; model at temperature != 1 has no TRL equivalent",
+    )
+    is_correction: str = knob(
+        "none",
+        "correct the sampler/trainer gap with a weight trainer/sampler per token "
+        "or sequence: truncated at --is-clip-max (TIS) or 0 outside the bounds (MIS)",
+        choices=IS_CORRECTIONS,
+        group="objective",
+        trl=("vllm_importance_sampling_mode", "vllm_importance_sampling_correction"),
+        trl_how="the same mode (with vLLM's samples); none -> correction off",
+    )
+    is_clip_max: float = knob(
+        3.0,
+        "the correction's upper bound C (TRL's default, 3)",
+        above=1,
+        group="objective",
+        trl=("vllm_importance_sampling_clip_max",),
+        trl_how="the same",
+    )
+    is_clip_min: float | None = knob(
+        None,
+        "the correction's lower bound (None: truncate none from below, mask none)",
+        above=0,
+        below=1,
+        group="objective",
+        trl=("vllm_importance_sampling_clip_min",),
+        trl_how="the same",
+    )
+    ratio_level: str = knob(
+        "token",
+        "token: one ratio per token; sequence: GSPO's ratio, the geometric mean "
+        "of the sequence's token ratios, shared by its tokens",
+        choices=RATIO_LEVELS,
+        group="objective",
+        trl=("importance_sampling_level",),
+        trl_how="the same (GSPO: arXiv 2507.18071)",
+    )
     # Two safeguards (notebook 05): DAPO's masking of truncated completions, and
     # gradient clipping. Off by default, as in the demo scripts.
     mask_truncated: bool = knob(
@@ -536,7 +604,43 @@ class GRPOConfig:
                     "sampling temperature, which is 0 (greedy): choose a "
                     "temperature > 0 or train_temperature '1'"
                 )
+        if self.sampler_logprobs == "behaviour" and self.backend != "local":
+            problems.append(
+                "sampler_logprobs 'behaviour' needs the local engine: PyTRIO's "
+                "sampler has no setting for which logprob it reports; use "
+                "'trainer' (recomputed through the client API)"
+            )
+        if self.is_correction != "none" and self.sampler_logprobs == "trainer":
+            problems.append(
+                "is_correction weighs the trainer's logprobs against the "
+                "sampler's, and sampler_logprobs 'trainer' replaces the sampler's "
+                "by the trainer's (every weight 1): choose sampler_logprobs "
+                "'model' or 'behaviour'"
+            )
+        if self.is_correction != "none" and self.ratio_level == "sequence":
+            problems.append(
+                "ratio_level 'sequence' (GSPO) weighs each sequence by its own "
+                "ratio to the sampler: choose it or an is_correction, not both"
+            )
+        if self.is_clip_min is not None and self.is_clip_min >= self.is_clip_max:
+            problems.append(
+                f"is_clip_min ({self.is_clip_min}) must be below is_clip_max "
+                f"({self.is_clip_max})"
+            )
         return problems
+
+    @property
+    def rescores(self) -> bool:
+        """Whether a step scores its Datums with the trainer (``forward``) at the
+        sampler's weights before updating: for the trainer's logprobs, for a
+        correction's weights, for GSPO's sequence ratio, or for a tempered loss
+        whose sampler reports temperature-1 logprobs."""
+        return (
+            self.sampler_logprobs == "trainer"
+            or self.is_correction != "none"
+            or self.ratio_level == "sequence"
+            or (self.loss_temperature != 1.0 and self.sampler_logprobs == "model")
+        )
 
     @property
     def model_name(self) -> str:

@@ -31,7 +31,7 @@ from typing import Any
 
 from grpo_helpers.settings import BACKENDS, SETTINGS
 
-__all__ = ["connect", "run_coroutine"]
+__all__ = ["connect", "report_sampler_logprobs", "run_coroutine"]
 
 LOCAL_ONLY_OPTIONS = (
     "run_dir",
@@ -117,3 +117,30 @@ def run_coroutine(coroutine: Any) -> Any:
         return asyncio.run(coroutine)
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         return pool.submit(asyncio.run, coroutine).result()
+
+
+def report_sampler_logprobs(training_client: Any, choice: str) -> None:
+    """Make the samplers of ``training_client`` report ``choice``'s logprobs.
+
+    ``"model"``: each drawn token's logprob under the model's own distribution
+    (temperature 1, unfiltered), what every engine reports by default. ``"behaviour"``:
+    under the distribution it was drawn from (``logits / T`` after top-k and top-p),
+    which only the local engine can report: PyTRIO's client API has no setting
+    for it, and its documentation does not say which of the two its sampler
+    returns. (``"trainer"``, the trainer's logprobs at the sampler's weights, is
+    the loop's work, not the sampler's: ``step.rescore``.)
+
+    Raises:
+        ValueError: ``"behaviour"`` asked of a client that cannot report it.
+    """
+    if choice in ("model", "trainer"):
+        if hasattr(training_client, "logprobs_of"):
+            training_client.logprobs_of = "model"
+        return
+    if not hasattr(training_client, "logprobs_of"):
+        raise ValueError(
+            f"sampler_logprobs {choice!r} needs the local engine: PyTRIO's sampler "
+            "has no setting for which logprob it reports; use sampler_logprobs "
+            "'trainer' (recomputed with forward, through the client API) instead"
+        )
+    training_client.logprobs_of = choice

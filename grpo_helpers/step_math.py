@@ -15,7 +15,10 @@ it built by hand:
    (:func:`ratio_metrics`), and the ``samples.jsonl`` lines of the step
    (:func:`sample_records`).
 
-Nothing here calls an engine or writes a file.
+Nothing here calls an engine or writes a file. The module stays whole (about 650
+lines): a step's Datums, the ratios they give, the gap between the sampler's and
+the trainer's logprobs and its corrections all read and rewrite the same Datum
+fields, and each function's example builds on ``build_grpo_datum``.
 
 Example: two prompts of two completions each; the second group is degenerate.
 
@@ -57,8 +60,26 @@ from grpo_helpers.advantages import is_degenerate, kl_penalty, length_scales
 from grpo_helpers.datum import RolloutSample, build_grpo_datum
 from grpo_helpers.rewards import answers_match, grade_answer, read_answer
 
-#: Metrics of the objective's knobs (notebook 09); NaN when not measured.
-OBJECTIVE_METRICS = ("ratio_mean", "clip_frac", "kl_k1", "kl_k3", "updates")
+#: The gap between the sampler's logprobs and the trainer's at the same weights, on
+#: the sampled tokens (notebook 11): mean and largest |log ratio|, an estimate of
+#: KL(sampler || trainer), and the share of tokens whose ratio trainer/sampler is
+#: outside the correction's bounds.
+MISMATCH_METRICS = (
+    "mismatch_mean",
+    "mismatch_max",
+    "mismatch_kl",
+    "mismatch_outside",
+)
+#: Metrics of the objective's knobs (notebooks 09 and 11); NaN when not measured.
+OBJECTIVE_METRICS = (
+    "ratio_mean",
+    "clip_frac",
+    "kl_k1",
+    "kl_k3",
+    "updates",
+    *MISMATCH_METRICS,
+    "is_weight_mean",
+)
 
 
 def derive_seed(seed: int, step: int, prompt: int) -> int:
@@ -94,6 +115,12 @@ class PromptGroup:
     def degenerate(self) -> bool:
         """All rewards equal: every advantage is zero, no learning signal."""
         return is_degenerate(self.rewards)
+
+
+def teaching(groups: Iterable[PromptGroup]) -> list[PromptGroup]:
+    """The groups that teach: those whose rewards differ (a degenerate group's
+    advantages are all 0, so it sends no Datum). The one rule every step uses."""
+    return [g for g in groups if not g.degenerate]
 
 
 def build_step_datums(
@@ -137,7 +164,7 @@ def build_step_datums(
     >>> first.loss_fn_inputs["advantages"].tolist()  # divided by its 2 tokens
     [0.0, 0.0, 0.25, 0.25]
     """
-    kept = [g for g in groups if not g.degenerate]
+    kept = teaching(groups)
     count = sum(len(g.samples) for g in kept)
     if kl_changes is not None and len(kl_changes) != count:
         raise ValueError(
@@ -172,8 +199,7 @@ def trained_samples(groups: Iterable[PromptGroup]) -> list[tuple[list[int], Any]
     """(prompt tokens, sample) of every completion of the non-degenerate groups."""
     return [
         (group.prompt_tokens, sample)
-        for group in groups
-        if not group.degenerate
+        for group in teaching(groups)
         for sample in group.samples
     ]
 
@@ -253,6 +279,200 @@ def with_sampler_logprobs(
                 },
             )
         )
+    return out
+
+
+def completion_positions(datum: trio.Datum) -> np.ndarray:
+    """The positions of a Datum that hold a completion token: those with a
+    sampler logprob or an advantage (a prompt's positions hold 0 in both)."""
+    inputs = datum.loss_fn_inputs
+    old = np.asarray(inputs["logprobs"].tolist(), dtype=np.float64)
+    adv = np.asarray(inputs["advantages"].tolist(), dtype=np.float64)
+    return (old != 0) | (adv != 0)
+
+
+def _values(tensor: Any) -> np.ndarray:
+    return np.asarray(tensor.tolist(), dtype=np.float64)
+
+
+def _log_gaps(datums: Sequence[trio.Datum], scored: Any) -> list[np.ndarray]:
+    """Per Datum, log(trainer / sampler) of each completion token: ``scored``'s
+    logprobs minus the Datum's own."""
+    return [
+        (_values(out["logprobs"]) - _values(d.loss_fn_inputs["logprobs"]))[
+            completion_positions(d)
+        ]
+        for d, out in zip(datums, scored.loss_fn_outputs, strict=True)
+    ]
+
+
+def mismatch_metrics(
+    datums: Sequence[trio.Datum],
+    scored: Any,
+    clip_min: float | None,
+    clip_max: float,
+) -> dict[str, float]:
+    """How far the sampler's logprobs are from the trainer's, at the same weights.
+
+    Args:
+        datums: the step's Datums, holding the sampler's logprobs.
+        scored: the trainer's output (``forward`` or the first
+            ``forward_backward``) on them, at the weights the sampler had.
+        clip_min, clip_max: the correction's bounds (``GRPOConfig.is_clip_*``).
+
+    Returns:
+        ``mismatch_mean`` and ``mismatch_max``: the mean and largest
+        ``|log pi_sampler - log pi_trainer|`` over the completion tokens;
+        ``mismatch_kl``: ``mean(r - 1 - log r)`` with ``r = pi_trainer /
+        pi_sampler``, an unbiased estimate of KL(sampler || trainer) from tokens the
+        sampler drew (Schulman's k3); ``mismatch_outside``: the share of tokens whose
+        ``r`` is outside ``[clip_min, clip_max]``.
+
+    Example: two tokens, the trainer's logprob of the second log 4 above the
+    sampler's.
+
+    >>> import math
+    >>> from types import SimpleNamespace
+    >>> from grpo_helpers.datum import RolloutSample, build_grpo_datum
+    >>> d = build_grpo_datum([1], RolloutSample([5, 6], [-1.0, -2.0], "", 1, 0.5))
+    >>> out = SimpleNamespace(loss_fn_outputs=[
+    ...     {"logprobs": np.array([-1.0, -2.0 + math.log(4)])}])
+    >>> m = mismatch_metrics([d], out, None, 3.0)
+    >>> round(m["mismatch_max"], 4), m["mismatch_outside"]
+    (1.3863, 0.5)
+    """
+    gaps = _log_gaps(datums, scored)
+    gap = np.concatenate(gaps) if gaps else np.zeros(0)
+    if gap.size == 0:
+        return {key: math.nan for key in MISMATCH_METRICS}
+    ratio = np.exp(gap)
+    low = 0.0 if clip_min is None else clip_min
+    return {
+        "mismatch_mean": float(np.mean(np.abs(gap))),
+        "mismatch_max": float(np.max(np.abs(gap))),
+        "mismatch_kl": float(np.mean(ratio - 1 - gap)),
+        "mismatch_outside": float(np.mean((ratio > clip_max) | (ratio < low))),
+    }
+
+
+def is_weights(
+    gap: np.ndarray, mode: str, clip_min: float | None, clip_max: float
+) -> np.ndarray:
+    """The correction's weight of each completion token, from its
+    ``log(trainer / sampler)``: per token (``token_*``) or one per sequence, the
+    product of its tokens' ratios (``sequence_*``, as TRL); truncated at the
+    bounds (``*_truncate``: TIS) or 0 outside them (``*_mask``: MIS).
+
+    >>> gap = np.log(np.array([0.5, 1.0, 4.0]))
+    >>> is_weights(gap, "token_truncate", None, 3.0).tolist()
+    [0.5, 1.0, 3.0]
+    >>> is_weights(gap, "token_mask", None, 3.0).tolist()
+    [0.5, 1.0, 0.0]
+    >>> is_weights(gap, "sequence_mask", 0.5, 3.0).tolist()  # 0.5 x 1 x 4 = 2
+    [2.0, 2.0, 2.0]
+    """
+    if mode.startswith("sequence"):
+        ratio = np.full(gap.shape, math.exp(float(np.sum(gap))))
+    else:
+        ratio = np.exp(gap)
+    low = -math.inf if clip_min is None else clip_min
+    if mode.endswith("truncate"):
+        return np.clip(ratio, None if clip_min is None else clip_min, clip_max)
+    if mode.endswith("mask"):
+        return np.where((ratio < low) | (ratio > clip_max), 0.0, ratio)
+    raise ValueError(f"unknown correction {mode!r}")
+
+
+def _datum(datum: trio.Datum, logprobs: np.ndarray, advantages: np.ndarray) -> Any:
+    """``datum`` with other sampler logprobs and advantages (same tokens)."""
+    targets = datum.loss_fn_inputs["target_tokens"].tolist()
+    return trio.Datum(
+        model_input=datum.model_input,
+        loss_fn_inputs={
+            "target_tokens": np.asarray(targets, dtype=np.int64),
+            "logprobs": logprobs.astype(np.float32),
+            "advantages": advantages.astype(np.float32),
+        },
+    )
+
+
+def corrected_datums(
+    datums: Sequence[trio.Datum],
+    scored: Any,
+    mode: str,
+    clip_min: float | None,
+    clip_max: float,
+) -> tuple[list[trio.Datum], dict[str, float]]:
+    """TIS or MIS through the client API: each Datum's logprobs become the
+    trainer's at the sampler's weights (``scored``: the ratio of the update starts
+    at 1 there) and each advantage is multiplied by the token's correction weight
+    (:func:`is_weights`), a constant of the loss, as in TRL's
+    ``per_token_loss * importance_sampling_ratio``.
+
+    Returns:
+        The Datums and ``{"is_weight_mean": ...}`` over the completion tokens.
+
+    Example: the sampler's logprob of the second token is log 4 below the
+    trainer's; truncated at 3, its advantage 0.5 becomes 1.5.
+
+    >>> import math
+    >>> from types import SimpleNamespace
+    >>> from grpo_helpers.datum import RolloutSample, build_grpo_datum
+    >>> d = build_grpo_datum([1], RolloutSample([5, 6], [-1.0, -2.0], "", 1, 0.5))
+    >>> out = SimpleNamespace(loss_fn_outputs=[
+    ...     {"logprobs": np.array([-1.0, -2.0 + math.log(4)])}])
+    >>> new, m = corrected_datums([d], out, "token_truncate", None, 3.0)
+    >>> new[0].loss_fn_inputs["advantages"].tolist(), m["is_weight_mean"]
+    ([0.5, 1.5], 2.0)
+    """
+    out, weights = [], []
+    for datum, result in zip(datums, scored.loss_fn_outputs, strict=True):
+        active = completion_positions(datum)
+        trainer = _values(result["logprobs"])
+        gap = (trainer - _values(datum.loss_fn_inputs["logprobs"]))[active]
+        weight = np.ones(active.shape)
+        weight[active] = is_weights(gap, mode, clip_min, clip_max)
+        weights.extend(weight[active].tolist())
+        advantages = _values(datum.loss_fn_inputs["advantages"]) * weight
+        out.append(_datum(datum, np.where(active, trainer, 0.0), advantages))
+    mean = float(np.mean(weights)) if weights else math.nan
+    return out, {"is_weight_mean": mean}
+
+
+def sequence_ratio_datums(
+    sampled: Sequence[trio.Datum], scored: Any
+) -> list[trio.Datum]:
+    """GSPO's sequence ratio through a token-level loss (GSPO-token, arXiv
+    2507.18071, eq. 13): each token's "sampler logprob" becomes
+    ``trainer_t - log s`` with ``log s`` the mean of the sequence's
+    ``log(trainer / sampler)``. The loss's token ratio ``exp(logprob - that)`` is
+    then ``s * pi(y_t) / sg[pi(y_t)]``: worth ``s`` at the current weights, so a
+    clip acts on the whole sequence, and its gradient ``s * grad log pi(y_t)``.
+    Called before each update with that update's ``forward`` (``scored``);
+    ``sampled``: the Datums with the sampler's logprobs.
+
+    >>> import math
+    >>> from types import SimpleNamespace
+    >>> from grpo_helpers.datum import RolloutSample, build_grpo_datum
+    >>> d = build_grpo_datum([1], RolloutSample([5, 6], [-1.0, -2.0], "", 1, 0.5))
+    >>> out = SimpleNamespace(loss_fn_outputs=[{"logprobs": np.array([-0.5, -1.5])}])
+    >>> new = sequence_ratio_datums([d], out)[0]  # log s = 0.5 on both tokens
+    >>> new.loss_fn_inputs["logprobs"].tolist()
+    [-1.0, -2.0]
+    """
+    out = []
+    for datum, result in zip(sampled, scored.loss_fn_outputs, strict=True):
+        active = completion_positions(datum)
+        trainer = _values(result["logprobs"])
+        log_s = (
+            float(
+                np.mean((trainer - _values(datum.loss_fn_inputs["logprobs"]))[active])
+            )
+            if active.any()
+            else 0.0
+        )
+        logprobs = np.where(active, trainer - log_s, 0.0)
+        out.append(_datum(datum, logprobs, _values(datum.loss_fn_inputs["advantages"])))
     return out
 
 

@@ -11,15 +11,14 @@ One GRPO step, as in the PyTRIO demo scripts:
    ``forward_backward(datums, loss_fn="importance_sampling")`` then ``optim_step``;
    a step with no datums makes no update.
 
-``train_sync`` waits on every future explicitly (``.result()``); ``train_async``
-samples all prompts of a step concurrently and submits ``forward_backward`` and
-``optim_step`` before awaiting either. The arithmetic of steps 3 and 4 and the
-step's metrics are :mod:`grpo_helpers.step_math`'s; both loops write the same run
-directory (:mod:`grpo_helpers.run_files`) and load their rows with
-:func:`grpo_helpers.data.load_split`.
-
-The module stays whole (about 600 lines): the two loops share one set-up and one
-step's bookkeeping (``_Run``), and each reads as the demo scripts' loop with them.
+The two loops differ only in how they sample: ``train_sync`` waits on each
+prompt's rollout (``.result()``) before the next; ``train_async`` samples all
+prompts of a step concurrently (``asyncio.gather``). Steps 3 and 4, and the step's
+metrics, are one function both loops call, :func:`grpo_helpers.step.train_on_groups`
+(the async loop in a worker thread). Both loops write the same run directory
+(:mod:`grpo_helpers.run_files`) and load their rows with
+:func:`grpo_helpers.data.load_split`; ``_Run`` holds their one set-up and a step's
+bookkeeping.
 
 Introduced in: 05_sync_training_loop.ipynb and 06_async_training_loop.ipynb
 """
@@ -28,7 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,7 +44,7 @@ from grpo_helpers.data import (
     get_num_steps,
     load_split,
 )
-from grpo_helpers.engines import connect, run_coroutine
+from grpo_helpers.engines import connect, report_sampler_logprobs, run_coroutine
 from grpo_helpers.prompts import build_prompt
 from grpo_helpers.rewards import get_reward_fn
 from grpo_helpers.rollout import (
@@ -55,17 +54,13 @@ from grpo_helpers.rollout import (
 )
 from grpo_helpers.run_files import TOKEN_COUNTERS, RunDirectory
 from grpo_helpers.settings import SETTINGS
+from grpo_helpers.step import Outcome, train_on_groups
 from grpo_helpers.step_math import (
     PromptGroup,
-    build_step_datums,
     derive_seed,
     format_step_line,
-    kl_terms,
-    ratio_metrics,
-    reference_inputs,
     sample_records,
     step_metrics,
-    with_sampler_logprobs,
 )
 
 StepCallback = Callable[[pd.DataFrame], None]
@@ -130,6 +125,7 @@ class _Run:
         self.training_client = service.create_lora_training_client(
             base_model=config.model_name, rank=config.lora_rank, seed=config.seed
         )
+        report_sampler_logprobs(self.training_client, config.sampler_logprobs)
         if self.run.state_path is not None:
             self._load_state(self.run.state_path)
         self.tokenizer = self.training_client.get_tokenizer()
@@ -202,19 +198,17 @@ class _Run:
             teaching < self.config.batch_size and rounds < self.config.dynamic_sampling
         )
 
-    def trained_groups(self, groups: list[PromptGroup]) -> list[PromptGroup]:
-        """The groups the step trains on: all of them (degenerate ones send no
-        Datum) or, with dynamic sampling, the first ``batch_size`` that teach."""
-        if self.config.dynamic_sampling == 0:
-            return groups
-        return [g for g in groups if not g.degenerate][: self.config.batch_size]
+    def sampled(
+        self, started: float, refill_started: float, rounds: int
+    ) -> dict[str, float]:
+        """When the step's sampling started and ended, and how long dynamic
+        sampling's extra batches took (0 without them)."""
+        ended = time.perf_counter()
+        refill = ended - refill_started if rounds else 0.0
+        return {"started": started, "ended": ended, "refill": refill}
 
     def drawn(
-        self,
-        groups: list[PromptGroup],
-        trained: list[PromptGroup],
-        rounds: int,
-        refill_seconds: float,
+        self, groups: list[PromptGroup], trained: list[PromptGroup], rounds: int
     ) -> dict[str, float]:
         """What the step drew and discarded (its metrics), and the run's place in
         the questions moves on."""
@@ -227,72 +221,41 @@ class _Run:
             "refill_samples": float(
                 sum(len(g.samples) for g in groups[self.config.batch_size :])
             ),
-            "seconds_refill": refill_seconds,
         }
-
-    def datums(
-        self, groups: list[PromptGroup], reference: Sequence[Any] | None
-    ) -> tuple[list[trio.Datum], dict[str, float]]:
-        """The step's Datums, with the objective's advantage transforms, and the
-        KL metrics when the reference model's logprobs were computed."""
-        config = self.config
-        changes = None
-        objective: dict[str, float] = {}
-        if reference is not None and reference:
-            changes, objective = kl_terms(groups, reference, config.kl_coef)
-            if config.kl_coef == 0:
-                changes = None
-        datums = build_step_datums(
-            groups,
-            config.normalization,
-            config.max_tokens,
-            changes,
-            mask_truncated=config.mask_truncated,
-        )
-        return datums, objective
-
-    def update_metrics(
-        self, outputs: list[tuple[Any, Any]], datums: list[trio.Datum]
-    ) -> tuple[dict[str, float], dict[str, float], dict[str, float]]:
-        """(loss metrics, optimiser metrics) of the first update, and the ratio
-        metrics over all ``updates_per_batch`` updates of the step."""
-        config = self.config
-        ratios = ratio_metrics(
-            [fb for fb, _ in outputs], datums, config.clip_low, config.clip_high
-        )
-        ratios["updates"] = float(len(outputs))
-        first_fb, first_optim = outputs[0]
-        return dict(first_fb.metrics), dict(first_optim.metrics or {}), ratios
 
     def finish_step(
         self,
         step: int,
         groups: list[PromptGroup],
-        datums: list[trio.Datum],
-        loss_metrics: dict[str, float],
-        optim_metrics: dict[str, float],
-        seconds: dict[str, float],
-        objective: dict[str, float] | None = None,
-        trained: list[PromptGroup] | None = None,
+        outcome: Outcome,
+        rounds: int,
+        sampled: dict[str, float],
     ) -> None:
         """The step's metrics row and samples, written; the live plot and trackers
-        fed. ``trained``: the groups the step trained on, which ``samples.jsonl``
-        marks (``discarded``) when dynamic sampling may have drawn others."""
+        fed; a checkpoint where one is due. ``samples.jsonl`` marks the groups
+        dynamic sampling discarded (``discarded``)."""
+        ended = time.perf_counter()
+        seconds = {
+            "sampling": sampled["ended"] - sampled["started"],
+            "training": ended - sampled["ended"],
+            "total": ended - sampled["started"],
+        }
+        objective = outcome.objective | self.drawn(groups, outcome.trained, rounds)
+        objective["seconds_refill"] = sampled["refill"]
         row = step_metrics(
             step,
             groups,
-            datums,
+            outcome.datums,
             self.config.max_tokens,
-            loss_metrics,
-            optim_metrics,
+            outcome.loss_metrics,
+            outcome.optim_metrics,
             seconds,
             objective,
         )
         for key in TOKEN_COUNTERS:
             self.cumulative[key] += row[key]
             row[f"cum_{key}"] = self.cumulative[key]
-        if not self.config.dynamic_sampling:
-            trained = None
+        trained = outcome.trained if self.config.dynamic_sampling else None
         self.run.append_step(row, sample_records(step, groups, trained))
         self.log(format_step_line(row))
         if self.swanlab_run is not None:
@@ -303,6 +266,13 @@ class _Run:
             self.trackio_run.log(tracking.loggable(row), step=step)
         if self.on_step is not None:
             self.on_step(pd.DataFrame(self.run.metrics))
+
+    def checkpoint(self, step: int) -> None:
+        """A resumable checkpoint after ``step``, where one is due."""
+        if self.should_checkpoint(step):
+            client = self.training_client
+            saved = client.save_state(self.state_name(step), overwrite=True).result()
+            self.run.record_checkpoint(step, saved.path)
 
     def should_checkpoint(self, step: int) -> bool:
         every = self.config.save_every
@@ -402,58 +372,17 @@ def train_sync(
     )
     client = loop.training_client
     for step in loop.steps():
-        t0 = time.perf_counter()
+        started = time.perf_counter()
         sampler = client.save_weights_and_get_sampling_client()
         groups = _sample_groups(loop, sampler, step)
         rounds, refill_started = 0, time.perf_counter()
         while loop.needs_more(groups, rounds):  # dynamic sampling: another batch
             rounds += 1
             groups += _sample_groups(loop, sampler, step, rounds)
-        t1 = time.perf_counter()
-        trained = loop.trained_groups(groups)
-        drawn = loop.drawn(
-            groups, trained, rounds, t1 - refill_started if rounds else 0.0
-        )
-        reference = None
-        if loop.reference is not None:  # the base model's logprobs, for the KL
-            futures = [
-                loop.reference.compute_logprobs(x) for x in reference_inputs(trained)
-            ]
-            reference = [future.result() for future in futures]
-        datums, objective = loop.datums(trained, reference)
-        objective |= drawn
-        loss_metrics: dict[str, float] = {}
-        optim_metrics: dict[str, float] = {}
-        if datums and config.loss_temperature != 1.0:  # the tempered sampler's
-            scored = client.forward(
-                datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
-            ).result()
-            datums = with_sampler_logprobs(datums, scored)
-        if datums:
-            outputs = []
-            for _ in range(config.updates_per_batch):  # mu updates on one batch
-                fb_future = client.forward_backward(
-                    datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
-                )
-                optim_future = client.optim_step(loop.adam_params)
-                outputs.append((fb_future.result(), optim_future.result()))
-            loss_metrics, optim_metrics, ratios = loop.update_metrics(outputs, datums)
-            objective |= ratios
-        t2 = time.perf_counter()
-        seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
-        loop.finish_step(
-            step,
-            groups,
-            datums,
-            loss_metrics,
-            optim_metrics,
-            seconds,
-            objective,
-            trained,
-        )
-        if loop.should_checkpoint(step):
-            saved = client.save_state(loop.state_name(step), overwrite=True).result()
-            loop.run.record_checkpoint(step, saved.path)
+        sampled = loop.sampled(started, refill_started, rounds)
+        outcome = train_on_groups(config, client, loop.reference, groups)
+        loop.finish_step(step, groups, outcome, rounds, sampled)
+        loop.checkpoint(step)
     weights = client.save_weights_for_sampler(name=config.weights_name).result()
     return loop.finish(weights.path)
 
@@ -540,10 +469,10 @@ async def train_async(
     """Train with the async loop: a step's prompts are sampled concurrently.
 
     ``asyncio.gather`` runs one ``sample_async`` per prompt at once (the local
-    engine batches them into one generation); ``forward_backward_async`` and
-    ``optim_step_async`` are both submitted before either is awaited (two awaits:
-    the first submits and returns a future, the second waits for its result).
-    Same arguments and result as :func:`train_sync`. In a notebook:
+    engine batches them into one generation). The rest of the step is the sync
+    loop's (:func:`grpo_helpers.step.train_on_groups`, which submits
+    ``forward_backward`` and ``optim_step`` before waiting on either), run in a
+    worker thread. Same arguments and result as :func:`train_sync`. In a notebook:
     ``result = await train_async(config)``; in a script:
     ``asyncio.run(train_async(config))``.
     """
@@ -557,62 +486,21 @@ async def train_async(
     )
     client = loop.training_client
     for step in loop.steps():
-        t0 = time.perf_counter()
+        started = time.perf_counter()
         sampler = await client.save_weights_and_get_sampling_client_async()
         groups = await _sample_groups_async(loop, sampler, step)
         rounds, refill_started = 0, time.perf_counter()
         while loop.needs_more(groups, rounds):  # dynamic sampling: another batch
             rounds += 1
             groups += await _sample_groups_async(loop, sampler, step, rounds)
-        t1 = time.perf_counter()
-        trained = loop.trained_groups(groups)
-        drawn = loop.drawn(
-            groups, trained, rounds, t1 - refill_started if rounds else 0.0
+        sampled = loop.sampled(started, refill_started, rounds)
+        # The step after sampling is the sync loop's, in a worker thread: nothing
+        # else of this loop runs meanwhile, and the event loop stays free.
+        outcome = await asyncio.to_thread(
+            train_on_groups, config, client, loop.reference, groups
         )
-        reference = None
-        if loop.reference is not None:  # the base model's logprobs, for the KL
-            reference = await asyncio.gather(
-                *[
-                    loop.reference.compute_logprobs_async(x)
-                    for x in reference_inputs(trained)
-                ]
-            )
-        datums, objective = loop.datums(trained, reference)
-        objective |= drawn
-        loss_metrics: dict[str, float] = {}
-        optim_metrics: dict[str, float] = {}
-        if datums and config.loss_temperature != 1.0:  # the tempered sampler's
-            scored = await client.forward_async(
-                datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
-            )
-            datums = with_sampler_logprobs(datums, await scored)
-        if datums:
-            outputs = []
-            for _ in range(config.updates_per_batch):  # mu updates on one batch
-                fb_future = await client.forward_backward_async(
-                    datums, loss_fn=config.loss_fn, loss_fn_config=config.loss_fn_config
-                )
-                optim_future = await client.optim_step_async(loop.adam_params)
-                outputs.append((await fb_future, await optim_future))
-            loss_metrics, optim_metrics, ratios = loop.update_metrics(outputs, datums)
-            objective |= ratios
-        t2 = time.perf_counter()
-        seconds = {"sampling": t1 - t0, "training": t2 - t1, "total": t2 - t0}
-        loop.finish_step(
-            step,
-            groups,
-            datums,
-            loss_metrics,
-            optim_metrics,
-            seconds,
-            objective,
-            trained,
-        )
-        if loop.should_checkpoint(step):
-            future = await client.save_state_async(
-                loop.state_name(step), overwrite=True
-            )
-            loop.run.record_checkpoint(step, (await future).path)
+        loop.finish_step(step, groups, outcome, rounds, sampled)
+        await asyncio.to_thread(loop.checkpoint, step)
     future = await client.save_weights_for_sampler_async(name=config.weights_name)
     return loop.finish((await future).path)
 

@@ -11,11 +11,14 @@ what an inference server does, in four steps, a function each:
 2. **Fan out.** Each prompt's cache row is repeated ``num_samples`` times, so the
    shared prompt is encoded once for the whole group.
 3. **Decode.** Every step feeds one new token per row. The token is drawn from the
-   *sampling* distribution (temperature, top-k, top-p), but the logprob recorded for
-   it is always the one under the model's *raw* distribution (temperature 1, no
-   filtering). That is the number importance sampling needs: ``forward_backward``
-   recomputes the same quantity, so with ``temperature=1, top_p=1, top_k=-1`` the
-   ratio ``exp(logprob_train - logprob_sample)`` is 1 up to float noise (1e-4).
+   *sampling* distribution (temperature, top-k, top-p). The logprob recorded for it
+   is the request's choice (:data:`LOGPROBS_OF`): by default the one under the
+   model's *raw* distribution (temperature 1, no filtering), which is what
+   ``forward_backward`` recomputes at temperature 1, so the ratio
+   ``exp(logprob_train - logprob_sample)`` starts at 1 up to float noise (1e-4)
+   whatever the temperature; or ``"behaviour"``, the logprob under the distribution
+   the token was drawn from (``logits / T`` after top-k and top-p), the one an
+   importance weight of the behaviour policy needs (notebook 11).
 4. **Stop.** A row stops at the tokenizer's EOS token, at any stop token id, when its
    text contains a stop string, or after ``max_tokens``. Finished rows leave the batch
    (their cache rows are dropped) so long completions do not pay for short ones;
@@ -55,6 +58,11 @@ from grpo_helpers.local import counters
 from grpo_helpers.local.decoder import Decoder
 from grpo_helpers.local.prompt_cache import fill, pad_rows
 
+#: What a sampled token's logprob is: under the model's own distribution
+#: (temperature 1, unfiltered) or under the one it was drawn from (``behaviour``:
+#: ``logits / T`` after top-k and top-p; 0 for a greedy token).
+LOGPROBS_OF = ("model", "behaviour")
+
 
 @dataclass
 class GenerationRequest:
@@ -76,6 +84,7 @@ class GenerationRequest:
             nothing is sampled, and prompts that share a prefix compute it once.
         share_prefix: may share a prefix with the other prompts of its batch
             (:func:`generate`); False for a service made with ``shared_prefix=False``.
+        logprobs_of: which logprob each drawn token reports (:data:`LOGPROBS_OF`).
         future: resolved with the ``SampleResponse``.
     """
 
@@ -89,6 +98,7 @@ class GenerationRequest:
     merged: bool = True
     prompt_only: bool = False
     share_prefix: bool = True
+    logprobs_of: str = "model"
     future: Future = field(default_factory=Future)
 
     @property
@@ -378,11 +388,14 @@ def _draw_tokens(
     requests: list[GenerationRequest], batch: _Batch, gens: list[torch.Generator]
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Each active row's next token, drawn from its request's sampling
-    distribution, and that token's logprob under the raw one."""
+    distribution, and that token's logprob under the raw one (or, for a request
+    that asks for the behaviour policy's, under the distribution it was drawn
+    from)."""
     logits = batch.logits
     logp = torch.log_softmax(logits, dim=-1)
     vocab = logits.shape[-1]
     chosen = torch.empty(len(batch.active), dtype=torch.long, device=logits.device)
+    chosen_lp = torch.empty(len(batch.active), dtype=logp.dtype, device=logits.device)
     start = 0
     while start < len(batch.active):  # rows of one request are contiguous
         req = batch.rows[batch.active[start]].req
@@ -390,8 +403,11 @@ def _draw_tokens(
         while end < len(batch.active) and batch.rows[batch.active[end]].req == req:
             end += 1
         p = requests[req].params
+        reported = logp[start:end]
         if p.temperature <= 0:
             chosen[start:end] = logits[start:end].argmax(-1)
+            if requests[req].logprobs_of == "behaviour":  # a greedy pick: p = 1
+                reported = torch.zeros_like(reported)
         else:
             if p.temperature == 1 and p.top_p >= 1 and not 0 < p.top_k < vocab:
                 probs = logp[start:end].exp()  # the model's own distribution
@@ -400,9 +416,12 @@ def _draw_tokens(
                     logits[start:end], p.temperature, p.top_k, p.top_p
                 )
                 probs = torch.softmax(scores, dim=-1)
+                if requests[req].logprobs_of == "behaviour":
+                    reported = torch.log_softmax(scores, dim=-1)
             chosen[start:end] = draw(probs, gens[req])
+        chosen_lp[start:end] = reported.gather(-1, chosen[start:end, None])[:, 0]
         start = end
-    return chosen, logp.gather(-1, chosen[:, None])[:, 0]
+    return chosen, chosen_lp
 
 
 class _Stopping:

@@ -31,7 +31,7 @@ from pytrio.types import APIFuture, ModelInput, SampleResponse, SamplingParams
 
 from grpo_helpers.local.adapters import AdapterSnapshot
 from grpo_helpers.local.host import ModelHost
-from grpo_helpers.local.sampling import GenerationRequest
+from grpo_helpers.local.sampling import LOGPROBS_OF, GenerationRequest
 
 __all__ = ["LocalSamplingClient"]
 
@@ -55,8 +55,15 @@ class LocalSamplingClient:
         model_path: str | None,
         merged: bool = True,
         shared_prefix: bool = True,
+        logprobs_of: str = "model",
     ) -> None:
+        if logprobs_of not in LOGPROBS_OF:
+            raise ValueError(
+                f"logprobs_of must be one of {', '.join(LOGPROBS_OF)}, got "
+                f"{logprobs_of!r}"
+            )
         self._host = host
+        self.logprobs_of = logprobs_of
         self._snapshot = snapshot
         self._merged = merged
         self._shared_prefix = shared_prefix
@@ -141,6 +148,7 @@ class LocalSamplingClient:
             weights_key=self._snapshot,
             merged=self._merged,
             share_prefix=self._shared_prefix,
+            logprobs_of=self.logprobs_of,
             future=Future(),
         )
 
@@ -164,9 +172,11 @@ class LocalSamplingClient:
             sampling_params: ``max_tokens`` (required), ``temperature`` (0 = greedy),
                 ``top_k``, ``top_p``, ``stop`` (strings or token ids), ``seed``.
                 Temperature, top-k and top-p change the distribution tokens are
-                *drawn* from, never the reported logprobs, which are always the
-                model's own (temperature 1, unfiltered): exactly what
-                ``forward_backward`` recomputes for importance sampling.
+                *drawn* from. The reported logprobs are the model's own
+                (temperature 1, unfiltered: what ``forward_backward`` recomputes
+                at temperature 1), unless the client was made to report the
+                behaviour policy's (``logprobs_of="behaviour"``: under the
+                distribution each token was drawn from).
             include_prompt_logprobs: also fill ``prompt_logprobs`` ([P], None first).
             topk_prompt_logprobs: also fill the top-k alternatives per prompt token.
             return_text: decode each completion (stop strings cut off).

@@ -243,12 +243,22 @@ class LocalServiceClient:
         return self._sampling_client(host, snapshot, model_path)
 
     def _sampling_client(
-        self, host: ModelHost, snapshot: AdapterSnapshot | None, model_path: str | None
+        self,
+        host: ModelHost,
+        snapshot: AdapterSnapshot | None,
+        model_path: str | None,
+        logprobs_of: str = "model",
     ) -> LocalSamplingClient:
         """A sampler on ``snapshot`` (None: the base model) with this service's
-        ``merged_sampler`` and ``shared_prefix`` options."""
+        ``merged_sampler`` and ``shared_prefix`` options, reporting ``logprobs_of``
+        (``sampling.LOGPROBS_OF``)."""
         return LocalSamplingClient(
-            host, snapshot, model_path, self.merged_sampler, self.shared_prefix
+            host,
+            snapshot,
+            model_path,
+            self.merged_sampler,
+            self.shared_prefix,
+            logprobs_of,
         )
 
     async def create_sampling_client_async(

@@ -80,6 +80,10 @@ class LocalTrainingClient:
         model_id, model_alias: the base model name.
         lora: pytrio's ``LoraRunSpec`` (rank, seed, train_* flags).
         step: optimiser steps taken (restored by ``load_state_with_optimizer``).
+        logprobs_of: what the samplers it makes report for each drawn token:
+            ``"model"`` (temperature 1, unfiltered; PyTRIO's documented default)
+            or ``"behaviour"`` (the distribution the token was drawn from); set by
+            ``engines.report_sampler_logprobs``, read when a sampler is made.
     """
 
     def __init__(
@@ -106,6 +110,7 @@ class LocalTrainingClient:
         self._optimizer = torch.optim.AdamW(self._params, lr=1e-4)
         self._started = False
         self.step = 0
+        self.logprobs_of = "model"
 
     def __repr__(self) -> str:
         return (
@@ -479,7 +484,9 @@ class LocalTrainingClient:
         snapshot = checkpoints.load_snapshot(
             model_path, self._host.base_model, self._host.device
         )
-        return self._service._sampling_client(self._host, snapshot, model_path)
+        return self._service._sampling_client(
+            self._host, snapshot, model_path, self.logprobs_of
+        )
 
     async def create_sampling_client_async(
         self, model_path: str
@@ -501,9 +508,13 @@ class LocalTrainingClient:
         this sampler.
         """
         snapshot = self._submit(self._snapshot_job).result()
-        return self._service._sampling_client(self._host, snapshot, None)
+        return self._service._sampling_client(
+            self._host, snapshot, None, self.logprobs_of
+        )
 
     async def save_weights_and_get_sampling_client_async(self) -> LocalSamplingClient:
         """Async twin of :meth:`save_weights_and_get_sampling_client`."""
         snapshot = await self._submit(self._snapshot_job)
-        return self._service._sampling_client(self._host, snapshot, None)
+        return self._service._sampling_client(
+            self._host, snapshot, None, self.logprobs_of
+        )

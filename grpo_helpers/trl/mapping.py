@@ -285,7 +285,18 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
         "epsilon_high": (
             config.clip_high if cispo else round(config.clip_high - 1.0, 12)
         ),
-        "importance_sampling_level": "token",
+        "importance_sampling_level": config.ratio_level,
+        # TRL applies its correction to vLLM's samples only (the GPU export); the
+        # CPU export generates with the trainer itself, so there is nothing to
+        # correct and TRL reads none of these.
+        "vllm_importance_sampling_correction": config.is_correction != "none",
+        **(
+            {"vllm_importance_sampling_mode": config.is_correction}
+            if config.is_correction != "none"
+            else {}
+        ),
+        "vllm_importance_sampling_clip_max": config.is_clip_max,
+        "vllm_importance_sampling_clip_min": config.is_clip_min,
         "beta": config.kl_coef,
         "use_bias_correction_kl": True,
         "scale_rewards": config.advantage_scale,

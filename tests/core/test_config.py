@@ -53,6 +53,7 @@ def test_the_float_settings_are_the_objectives_and_the_samplers():
             "clip_high",
             "kl_coef",
             "grad_clip_norm",
+            "is_clip_max",
         ]
     )
 

@@ -55,6 +55,7 @@ CORE = (
     "rollout",
     "run_checks",
     "run_files",
+    "step",
     "step_math",
     "tracking",
     "training",
@@ -70,6 +71,7 @@ CORE_PATH = (
     "datum",
     "rollout",
     "step_math",
+    "step",
     "training",
 )
 

@@ -54,6 +54,10 @@ CHANGES = {
     "normalization": "sequence_mean",
     "mask_truncated": True,
     "grad_clip_norm": 1.0,
+    "is_correction": "token_truncate",
+    "is_clip_max": 2.0,
+    "is_clip_min": 0.5,
+    "ratio_level": "sequence",
 }
 
 
@@ -75,6 +79,9 @@ CARRIED = {
     # (tests/core/test_training_temperature.py, the_trl_export_says_which_policy...)
     "train_temperature",
     "dynamic_sampling",  # refused when on (core/test_training_dynamic_sampling.py)
+    # TRL recomputes the old logprobs with the trainer, and corrects vLLM's samples
+    # with vLLM's own logprobs: the series' choice has no TRL setting
+    "sampler_logprobs",
 }
 
 

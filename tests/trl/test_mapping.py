@@ -176,3 +176,27 @@ def test_the_gpu_config_generates_with_vllm_and_the_cpu_config_does_not():
     gpu, cpu = mapping.trl_settings(config, "gpu"), mapping.trl_settings(config, "cpu")
     assert (gpu["use_vllm"], gpu["vllm_mode"]) == (True, "colocate")
     assert cpu["use_vllm"] is False and "vllm_mode" not in cpu
+
+
+def test_the_corrections_and_their_bounds_are_trls_read_from_trl():
+    """The series' correction knobs keep TRL's names and default bound: C = 3,
+    no lower bound; TRL's default mode (sequence_mask) is named in notebook 11."""
+    from grpo_helpers.config import IS_CORRECTIONS, RATIO_LEVELS
+
+    defaults = {f.name: f.default for f in dataclasses.fields(trl.GRPOConfig)}
+    ours = GRPOConfig(backend="local")
+    assert ours.is_clip_max == defaults["vllm_importance_sampling_clip_max"] == 3.0
+    assert ours.is_clip_min is defaults["vllm_importance_sampling_clip_min"] is None
+    assert defaults["vllm_importance_sampling_mode"] == "sequence_mask"
+    assert defaults["vllm_importance_sampling_mode"] in IS_CORRECTIONS
+    assert defaults["importance_sampling_level"] == RATIO_LEVELS[0] == "token"
+    settings = mapping.trl_settings(
+        dataclasses.replace(
+            GRPOConfig(**NOTEBOOK_05),
+            is_correction="token_mask",
+            ratio_level="token",
+        ),
+        "cpu",
+    )
+    trl.GRPOConfig(**settings)  # TRL takes every name
+    assert settings["vllm_importance_sampling_mode"] == "token_mask"
