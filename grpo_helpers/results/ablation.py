@@ -58,6 +58,10 @@ KL_BETA = 0.2
 #: The reward the reward variant trains on instead of the baseline's.
 OTHER_REWARD = "binary" if presets.NOTEBOOK["reward"] != "binary" else "shaped"
 
+#: GSPO's clip range on the sequence ratio (arXiv 2507.18071, section 5.1: 3e-4 and
+#: 4e-4 either side of 1).
+GSPO_CLIP = (1 - 3e-4, 1 + 4e-4)
+
 #: Each variant changes the baseline in one place (GRPOConfig fields).
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
@@ -69,6 +73,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     f"{OTHER_REWARD.replace('_', '-')} reward": {"reward": OTHER_REWARD},
     "tempered loss (TRL)": {"train_temperature": "sampling"},
     "dynamic sampling (DAPO)": {"dynamic_sampling": 3},
+    # When the sampler is not the trainer (notebook 11): the ratio divides by the
+    # behaviour policy's logprobs (pi_T at T = 0.6, what drew each token), and
+    # GSPO's sequence ratio with its paper's clip range over two updates a batch.
+    "behaviour logprobs": {"sampler_logprobs": "behaviour"},
+    "GSPO": {
+        "loss_fn": "ppo",
+        "updates_per_batch": 2,
+        "ratio_level": "sequence",
+        "normalization": "sequence_mean",
+        "clip_low": GSPO_CLIP[0],
+        "clip_high": GSPO_CLIP[1],
+    },
 }
 
 #: Variants of earlier ablations left out, and why.
