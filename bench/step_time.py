@@ -11,7 +11,10 @@ Datums and one ``optim_step``.
   merged weights (``grpo_helpers.local.decoder.MergedLlamaDecoder``).
 
 Both train on the same Datums (sampled once), and both sample the same prompts with
-the same seeds. Runs alternate (old, new, old, new, ...) so that a disturbance on a
+the same seeds. A third client samples them too, on the new path with the merged
+weights' products in bfloat16 (``GRPOConfig.sampler_precision``: a faster sampler of
+another policy, whose gap notebook 11 measures): its sampling time beside the
+float32 sampler's. Runs alternate (old, new, old, new, ...) so that a disturbance on a
 shared machine hits both; the ratios use the median run of each.
 
 It also measures the machine's own floor, in the same run:
@@ -29,7 +32,8 @@ Run::
 
 The last line is for a script to read (ratios old/new, share of the floor)::
 
-    RESULT training <x>x sampling <x>x step <x>x floor-training <p>% floor-decoding <p>%
+    RESULT training <x>x sampling <x>x step <x>x floor-training <p>% \
+        floor-decoding <p>% bf16-sampling <x>x
 """
 
 from __future__ import annotations
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     args = parse_args(argv)
     import pytrio as trio
 
-    from grpo_helpers import data, datum, prompts, rewards, rollout
+    from grpo_helpers import data, datum, engines, prompts, rewards, rollout
     from grpo_helpers.config import GRPOConfig
     from grpo_helpers.local import batch_plan
 
@@ -166,6 +170,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         name: svc.create_lora_training_client(args.model, rank=args.lora_rank, seed=0)
         for name, svc in paths.items()
     }
+    half = paths["new"].create_lora_training_client(
+        args.model, rank=args.lora_rank, seed=0
+    )
+    engines.configure_samplers(half, precision="bfloat16")
     tok = clients["new"].get_tokenizer()
     config = GRPOConfig(backend="local", dataset="arithmetic", seed=0)
     rows = data.load_split(config, "train").select(range(args.prompts))
@@ -217,6 +225,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     for tc in clients.values():
         sample_step(tc, seed=2000)
         train_step(tc, datums[:2])
+    sample_step(half, seed=2000)
+    half_seconds: list[float] = []
 
     times: dict[str, dict[str, list[float]]] = {
         n: {"sampling": [], "training": [], "tokens": []} for n in paths
@@ -230,6 +240,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             if name == "new":
                 decode_steps.append(sum(max(len(s.tokens) for s in g) for g in groups))
             times[name]["training"].append(train_step(tc, datums, name))
+            if name == "new":
+                half_seconds.append(sample_step(half, seed=r)[0])
             print(
                 f"  run {r} {name}: sampling {seconds:6.2f} s "
                 f"({times[name]['tokens'][-1]} tokens), training "
@@ -268,6 +280,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     ) + prefill / (gflops * 1e9)
 
     ratio = {k: med["old"][k] / med["new"][k] for k in ("training", "sampling", "step")}
+    ratio["bf16_sampling"] = med["new"]["sampling"] / statistics.median(half_seconds)
     frac_train = floor_train / med["new"]["training"]
     frac_decode = floor_decode / med["new"]["sampling"]
     print(
@@ -297,6 +310,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         f"(+ prefill {prefill / 1e9:.0f} GFLOP) -> floor {floor_decode:.2f} s, "
         f"{frac_decode:.0%} of it reached"
     )
+    print(
+        f"bfloat16 sampler: sampling {statistics.median(half_seconds):.2f} s, "
+        f"{ratio['bf16_sampling']:.2f}x the float32 sampler's speed (another policy: "
+        "notebook 11 measures its gap)"
+    )
     decoder = clients["new"]._host._merged
     print(
         f"training peak memory above the resting process: old "
@@ -307,7 +325,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     print(
         f"RESULT training {ratio['training']:.1f}x sampling {ratio['sampling']:.1f}x "
         f"step {ratio['step']:.1f}x floor-training {frac_train:.0%} "
-        f"floor-decoding {frac_decode:.0%}"
+        f"floor-decoding {frac_decode:.0%} bf16-sampling {ratio['bf16_sampling']:.2f}x"
     )
     result = {
         **{f"ratio_{k}": v for k, v in ratio.items()},

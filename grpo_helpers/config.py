@@ -71,6 +71,9 @@ IS_CORRECTIONS = (
     "sequence_truncate",
     "sequence_mask",
 )
+#: The sampler's arithmetic: the trained policy's (float32) or bfloat16 copies of
+#: the merged weights (the local engine: faster, another policy).
+SAMPLER_PRECISIONS = ("float32", "bfloat16")
 #: One ratio per token, or GSPO's one per sequence (TRL's importance_sampling_level).
 RATIO_LEVELS = ("token", "sequence")
 #: Knobs that earlier runs saved and no loop reads any more: dropped on reading.
@@ -515,6 +518,15 @@ class GRPOConfig:
         "weights; behaviour -> vLLM's processed logprobs, which TRL's correction "
         "compares with; model at temperature != 1 has no TRL equivalent",
     )
+    sampler_precision: str = knob(
+        "float32",
+        "the sampler's products: float32 (the trained policy) or bfloat16 (local "
+        "engine: faster, another policy; the mismatch metrics show how far)",
+        choices=SAMPLER_PRECISIONS,
+        group="objective",
+        trl_how="refused when bfloat16: TRL has no setting for a sampler in "
+        "another precision than the model's",
+    )
     is_correction: str = knob(
         "none",
         "correct the sampler/trainer gap with a weight trainer/sampler per token "
@@ -609,6 +621,11 @@ class GRPOConfig:
                 "sampler_logprobs 'behaviour' needs the local engine: PyTRIO's "
                 "sampler has no setting for which logprob it reports; use "
                 "'trainer' (recomputed through the client API)"
+            )
+        if self.sampler_precision != "float32" and self.backend != "local":
+            problems.append(
+                f"sampler_precision {self.sampler_precision!r} needs the local "
+                "engine: PyTRIO's samplers are its own; use 'float32'"
             )
         if self.is_correction != "none" and self.sampler_logprobs == "trainer":
             problems.append(

@@ -31,7 +31,7 @@ from typing import Any
 
 from grpo_helpers.settings import BACKENDS, SETTINGS
 
-__all__ = ["connect", "report_sampler_logprobs", "run_coroutine"]
+__all__ = ["configure_samplers", "connect", "run_coroutine"]
 
 LOCAL_ONLY_OPTIONS = (
     "run_dir",
@@ -119,28 +119,41 @@ def run_coroutine(coroutine: Any) -> Any:
         return pool.submit(asyncio.run, coroutine).result()
 
 
-def report_sampler_logprobs(training_client: Any, choice: str) -> None:
-    """Make the samplers of ``training_client`` report ``choice``'s logprobs.
+def configure_samplers(
+    training_client: Any, logprobs: str = "model", precision: str = "float32"
+) -> None:
+    """Set what the samplers of ``training_client`` report and compute.
 
-    ``"model"``: each drawn token's logprob under the model's own distribution
-    (temperature 1, unfiltered), what every engine reports by default. ``"behaviour"``:
-    under the distribution it was drawn from (``logits / T`` after top-k and top-p),
-    which only the local engine can report: PyTRIO's client API has no setting
-    for it, and its documentation does not say which of the two its sampler
-    returns. (``"trainer"``, the trainer's logprobs at the sampler's weights, is
-    the loop's work, not the sampler's: ``step.rescore``.)
+    Args:
+        logprobs: ``"model"``, each drawn token's logprob under the model's own
+            distribution (temperature 1, unfiltered), what every engine reports
+            by default; ``"behaviour"``, under the distribution it was drawn from
+            (``logits / T`` after top-k and top-p), which only the local engine
+            can report: PyTRIO's client API has no setting for it, and its
+            documentation does not say which of the two its sampler returns.
+            (``"trainer"``, the trainer's logprobs at the sampler's weights, is
+            the loop's work, not the sampler's: ``step.rescore``; the sampler
+            reports the model's.)
+        precision: ``"float32"``, or ``"bfloat16"``: the local engine's merged
+            sampler multiplies by bfloat16 copies of its weights, faster and
+            another policy than the one trained. PyTRIO's samplers are its own.
 
     Raises:
-        ValueError: ``"behaviour"`` asked of a client that cannot report it.
+        ValueError: a choice the client cannot take.
     """
-    if choice in ("model", "trainer"):
-        if hasattr(training_client, "logprobs_of"):
-            training_client.logprobs_of = "model"
-        return
-    if not hasattr(training_client, "logprobs_of"):
+    local = hasattr(training_client, "logprobs_of")
+    wanted = {
+        "behaviour": logprobs == "behaviour",
+        "bfloat16": precision != "float32",
+    }
+    refused = [name for name, on in wanted.items() if on and not local]
+    if refused:
         raise ValueError(
-            f"sampler_logprobs {choice!r} needs the local engine: PyTRIO's sampler "
-            "has no setting for which logprob it reports; use sampler_logprobs "
-            "'trainer' (recomputed with forward, through the client API) instead"
+            f"{' and '.join(refused)} samplers need the local engine: PyTRIO's "
+            "client API has no setting for which logprob its sampler reports or "
+            "its precision; use sampler_logprobs 'trainer' (recomputed through the "
+            "client API) and sampler_precision 'float32'"
         )
-    training_client.logprobs_of = choice
+    if local:
+        training_client.logprobs_of = "behaviour" if wanted["behaviour"] else "model"
+        training_client.precision = precision

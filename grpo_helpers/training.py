@@ -44,7 +44,7 @@ from grpo_helpers.data import (
     get_num_steps,
     load_split,
 )
-from grpo_helpers.engines import connect, report_sampler_logprobs, run_coroutine
+from grpo_helpers.engines import configure_samplers, connect, run_coroutine
 from grpo_helpers.prompts import build_prompt
 from grpo_helpers.rewards import get_reward_fn
 from grpo_helpers.rollout import (
@@ -125,7 +125,9 @@ class _Run:
         self.training_client = service.create_lora_training_client(
             base_model=config.model_name, rank=config.lora_rank, seed=config.seed
         )
-        report_sampler_logprobs(self.training_client, config.sampler_logprobs)
+        configure_samplers(
+            self.training_client, config.sampler_logprobs, config.sampler_precision
+        )
         if self.run.state_path is not None:
             self._load_state(self.run.state_path)
         self.tokenizer = self.training_client.get_tokenizer()

@@ -262,6 +262,9 @@ _LAYER_MODULE = re.compile(
 )
 #: Model types :class:`MergedLlamaDecoder` can run (``config.model_type``).
 MERGED_MODEL_TYPES = ("llama",)
+#: The precisions of the merged decoder's products: float32 (the trained policy's),
+#: or bfloat16 copies of the merged weights, a faster sampler of another policy.
+SAMPLER_PRECISIONS = ("float32", "bfloat16")
 #: Weight dtypes a LoRA delta may be merged into: at least float32's precision.
 MERGE_DTYPES = (torch.float32, torch.float64)
 #: Device types the merged decoder is checked on: the CPU by the test suite, CUDA by
@@ -391,7 +394,7 @@ class _Layer:
 class _Memo:
     """The keys and values of one prompt, for the weights they were computed with."""
 
-    weights: str | None
+    weights: tuple[str | None, str]  # (the weights' id, the precision)
     tokens: list[int]
     keys: list[torch.Tensor]  # [1, KV, len(tokens), D] per layer
     values: list[torch.Tensor]
@@ -468,6 +471,11 @@ class MergedLlamaDecoder:
         #: benches turn it off to compare with prefilling every prompt).
         self.memory = True
         self._memo: _Memo | None = None
+        #: The products' precision (:data:`SAMPLER_PRECISIONS`): float32, or
+        #: bfloat16 copies of the merged weights (another policy than the trained
+        #: one: faster, with logits a little off; notebook 11 measures the gap).
+        self.precision = "float32"
+        self._halves: dict[int, torch.Tensor] = {}  # id(weight) -> bfloat16 copy
         self._fill(None)
 
     @staticmethod
@@ -503,14 +511,25 @@ class MergedLlamaDecoder:
 
     # -------------------------------------------------------------- weights
 
-    def load(self, snapshot: Any | None) -> None:
-        """Make the buffers hold ``snapshot`` merged (None: the base model).
+    def load(self, snapshot: Any | None, precision: str = "float32") -> None:
+        """Make the buffers hold ``snapshot`` merged (None: the base model), its
+        products at ``precision`` (``"bfloat16"``: a bfloat16 copy of each merged
+        weight, made once per weights).
 
         Raises:
-            ValueError: the snapshot adapts a layer this decoder does not know.
+            ValueError: the snapshot adapts a layer this decoder does not know, or
+                an unknown precision.
         """
+        if precision not in SAMPLER_PRECISIONS:
+            raise ValueError(
+                f"precision must be one of {', '.join(SAMPLER_PRECISIONS)}, got "
+                f"{precision!r}"
+            )
         if self.loaded != ("base" if snapshot is None else snapshot.id):
             self._fill(snapshot)
+        if precision == "bfloat16" and not self._halves:
+            self._halves = {id(w): w.to(torch.bfloat16) for w in self.weights()}
+        self.precision = precision
 
     @torch.no_grad()
     def _fill(self, snapshot: Any | None) -> None:
@@ -518,6 +537,7 @@ class MergedLlamaDecoder:
         # leaves buffers that no id, packed copy or remembered prompt describes.
         self.loaded, self._memo = None, None
         self._packed, self._packed_rows = {}, 0
+        self._halves = {}
         deltas = _deltas(snapshot) if snapshot is not None else {}
         unknown = [m for m in deltas if m != "lm_head" and not _LAYER_MODULE.match(m)]
         if unknown:
@@ -567,6 +587,8 @@ class MergedLlamaDecoder:
         another row count is packed, so a second group of the same sampler and size
         packs nothing. Returns whether steps of ``rows`` rows now run packed.
         """
+        if self.precision != "float32":  # bfloat16 products are not packed
+            return False
         low, high = PACKED_ROWS
         if not (self.packing and low <= rows <= high and steps >= MIN_PACKED_STEPS):
             return self.packing and rows == self._packed_rows
@@ -579,7 +601,8 @@ class MergedLlamaDecoder:
 
     def recall(self, tokens: list[int], capacity: int) -> tuple[int, KVCache] | None:
         memo = self._memo
-        if not self.memory or memo is None or memo.weights != self.loaded:
+        here = (self.loaded, self.precision)
+        if not self.memory or memo is None or memo.weights != here:
             return None
         n = common_prefix_len(memo.tokens, tokens)
         if n == 0:
@@ -601,7 +624,7 @@ class MergedLlamaDecoder:
             return
         n = len(tokens)
         self._memo = _Memo(
-            self.loaded,
+            (self.loaded, self.precision),
             list(tokens),
             [k[:1, :, :n].clone() for k in cache.keys],
             [v[:1, :, :n].clone() for v in cache.values],
@@ -669,6 +692,8 @@ class MergedLlamaDecoder:
         """``x @ weight.T``: packed in a decoding ``step`` whose rows are the packed
         row count (and :attr:`packing` on), else :func:`_linear` (on SmolLM2's weights
         the two gave the same bits at 2-16 rows, ``bench/packed_linear.py``)."""
+        if self.precision == "bfloat16":
+            return F.linear(x.to(torch.bfloat16), self._halves[id(weight)]).float()
         flat = x.reshape(-1, x.shape[-1])
         rows = flat.shape[0]
         packed = None

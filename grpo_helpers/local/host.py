@@ -182,7 +182,10 @@ class ModelHost:
 
     @contextlib.contextmanager
     def using(
-        self, snapshot: AdapterSnapshot | None, merged: bool = True
+        self,
+        snapshot: AdapterSnapshot | None,
+        merged: bool = True,
+        precision: str = "float32",
     ) -> Iterator[Decoder]:
         """Hold the lock and yield a decoder that samples from ``snapshot``'s
         weights (None: the base model).
@@ -194,14 +197,22 @@ class ModelHost:
         Otherwise (bfloat16 weights included: a merge would round the delta away)
         the snapshot is copied into a peft *sampler slot* adapter of the same shape
         and the ``transformers`` model runs with it (the plain path).
+        ``precision="bfloat16"``: the merged decoder's products in bfloat16
+        (``MergedLlamaDecoder.load``); the plain path refuses it.
         """
         with self.lock:
             self._reap()
             if merged and self._merged_decoder() is not None:
                 decoder = self._merged_decoder()
-                decoder.load(snapshot)
+                decoder.load(snapshot, precision)
                 yield decoder
                 return
+            if precision != "float32":
+                raise ValueError(
+                    f"a {precision} sampler needs the merged decoder (a Llama-style "
+                    f"model in float32 with merged_sampler=True); this host samples "
+                    f"with {self.sampler_kind!r}: use sampler_precision 'float32'"
+                )
             if snapshot is None:
                 self.activate(None)
             else:
@@ -294,7 +305,8 @@ class SamplingScheduler:
                 same = req.weights_key is head.weights_key and (
                     req.merged,
                     req.prompt_only,
-                ) == (head.merged, head.prompt_only)
+                    req.precision,
+                ) == (head.merged, head.prompt_only, head.precision)
                 if same and fits:
                     batch.append(req)
                     rows += req.rows
@@ -324,7 +336,8 @@ class SamplingScheduler:
 
     def _generate(self, batch: list[GenerationRequest]) -> list[Any]:
         """One batch, decoded on the compute thread."""
-        with self.host.using(batch[0].weights_key, batch[0].merged) as decoder:
+        head = batch[0]
+        with self.host.using(head.weights_key, head.merged, head.precision) as decoder:
             return generate(
                 decoder,
                 self.host.tokenizer,

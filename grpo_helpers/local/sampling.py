@@ -85,6 +85,7 @@ class GenerationRequest:
         share_prefix: may share a prefix with the other prompts of its batch
             (:func:`generate`); False for a service made with ``shared_prefix=False``.
         logprobs_of: which logprob each drawn token reports (:data:`LOGPROBS_OF`).
+        precision: the merged decoder's products (``decoder.SAMPLER_PRECISIONS``).
         future: resolved with the ``SampleResponse``.
     """
 
@@ -99,6 +100,7 @@ class GenerationRequest:
     prompt_only: bool = False
     share_prefix: bool = True
     logprobs_of: str = "model"
+    precision: str = "float32"
     future: Future = field(default_factory=Future)
 
     @property

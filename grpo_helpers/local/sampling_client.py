@@ -56,6 +56,7 @@ class LocalSamplingClient:
         merged: bool = True,
         shared_prefix: bool = True,
         logprobs_of: str = "model",
+        precision: str = "float32",
     ) -> None:
         if logprobs_of not in LOGPROBS_OF:
             raise ValueError(
@@ -64,6 +65,7 @@ class LocalSamplingClient:
             )
         self._host = host
         self.logprobs_of = logprobs_of
+        self.precision = precision
         self._snapshot = snapshot
         self._merged = merged
         self._shared_prefix = shared_prefix
@@ -149,6 +151,7 @@ class LocalSamplingClient:
             merged=self._merged,
             share_prefix=self._shared_prefix,
             logprobs_of=self.logprobs_of,
+            precision=self.precision,
             future=Future(),
         )
 

@@ -248,10 +248,11 @@ class LocalServiceClient:
         snapshot: AdapterSnapshot | None,
         model_path: str | None,
         logprobs_of: str = "model",
+        precision: str = "float32",
     ) -> LocalSamplingClient:
         """A sampler on ``snapshot`` (None: the base model) with this service's
         ``merged_sampler`` and ``shared_prefix`` options, reporting ``logprobs_of``
-        (``sampling.LOGPROBS_OF``)."""
+        (``sampling.LOGPROBS_OF``), its products at ``precision``."""
         return LocalSamplingClient(
             host,
             snapshot,
@@ -259,6 +260,7 @@ class LocalServiceClient:
             self.merged_sampler,
             self.shared_prefix,
             logprobs_of,
+            precision,
         )
 
     async def create_sampling_client_async(

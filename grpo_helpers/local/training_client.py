@@ -111,6 +111,7 @@ class LocalTrainingClient:
         self._started = False
         self.step = 0
         self.logprobs_of = "model"
+        self.precision = "float32"
 
     def __repr__(self) -> str:
         return (
@@ -485,7 +486,7 @@ class LocalTrainingClient:
             model_path, self._host.base_model, self._host.device
         )
         return self._service._sampling_client(
-            self._host, snapshot, model_path, self.logprobs_of
+            self._host, snapshot, model_path, self.logprobs_of, self.precision
         )
 
     async def create_sampling_client_async(
@@ -509,12 +510,12 @@ class LocalTrainingClient:
         """
         snapshot = self._submit(self._snapshot_job).result()
         return self._service._sampling_client(
-            self._host, snapshot, None, self.logprobs_of
+            self._host, snapshot, None, self.logprobs_of, self.precision
         )
 
     async def save_weights_and_get_sampling_client_async(self) -> LocalSamplingClient:
         """Async twin of :meth:`save_weights_and_get_sampling_client`."""
         snapshot = await self._submit(self._snapshot_job)
         return self._service._sampling_client(
-            self._host, snapshot, None, self.logprobs_of
+            self._host, snapshot, None, self.logprobs_of, self.precision
         )

@@ -174,6 +174,15 @@ def refusals(config: GRPOConfig) -> list[tuple[str, str]]:
                 "run. Set kl_coef > 0 or measure_kl=False",
             )
         )
+    if config.sampler_precision != "float32":
+        out.append(
+            (
+                "sampler_precision",
+                "TRL has no setting for a sampler in another precision than the "
+                "model's (its vLLM samples in the model's dtype). Export with "
+                "sampler_precision='float32'",
+            )
+        )
     if config.dynamic_sampling > 0:
         out.append(
             (

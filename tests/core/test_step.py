@@ -36,7 +36,7 @@ def _sampled(svc, logprobs_of: str, top_p: float = 1.0):
     """A training client, a prompt and 4 completions at T = 0.6 whose sampler
     reports ``logprobs_of``'s logprobs."""
     tc = svc.create_lora_training_client(MODEL, rank=4, seed=3)
-    engines.report_sampler_logprobs(tc, logprobs_of)
+    engines.configure_samplers(tc, logprobs_of)
     prompt = tc.get_tokenizer().encode("Q: what is 2+3?\nA:")
     params = trio.SamplingParams(max_tokens=6, temperature=T, top_p=top_p, seed=1)
     response = (
@@ -104,10 +104,14 @@ def test_behaviour_logprobs_after_top_p_are_renormalised_over_the_nucleus(svc):
 def test_pytrio_refuses_behaviour_logprobs_and_takes_the_others():
     with pytest.raises(ValueError, match="needs the local engine"):
         GRPOConfig(backend="pytrio", sampler_logprobs="behaviour")
+    with pytest.raises(ValueError, match="need the local engine"):
+        engines.configure_samplers(object(), "behaviour")
+    with pytest.raises(ValueError, match="need the local engine"):
+        engines.configure_samplers(object(), precision="bfloat16")
     with pytest.raises(ValueError, match="needs the local engine"):
-        engines.report_sampler_logprobs(object(), "behaviour")
+        GRPOConfig(backend="pytrio", sampler_precision="bfloat16")
     for choice in ("model", "trainer"):
-        engines.report_sampler_logprobs(object(), choice)  # nothing to set
+        engines.configure_samplers(object(), choice)  # nothing to set
         GRPOConfig(backend="pytrio", sampler_logprobs=choice)
     GRPOConfig(backend="pytrio", is_correction="token_truncate")
     GRPOConfig(backend="pytrio", ratio_level="sequence")
@@ -224,3 +228,29 @@ def test_choose_groups_is_the_one_rule_of_what_a_step_trains():
     groups = [same, *apart]
     assert step.choose_groups(groups, 2, 0) == groups
     assert step.choose_groups(groups, 2, 1) == apart[:2]
+
+
+def test_a_bfloat16_sampler_is_another_policy_close_to_the_trained_one(svc):
+    """The merged decoder's bfloat16 products: the same prompt and seed draw from
+    a policy whose logprobs differ from float32's, by little; the plain path and
+    the TRL export refuse it."""
+    from grpo_helpers.trl import mapping
+
+    tc = svc.create_lora_training_client(MODEL, rank=4, seed=3)
+    prompt = trio.ModelInput.from_ints(tc.get_tokenizer().encode("Q: 2+3?\nA:"))
+    params = trio.SamplingParams(max_tokens=6, temperature=0.0)
+    runs = {}
+    for precision in ("float32", "bfloat16", "float32"):
+        engines.configure_samplers(tc, precision=precision)
+        sampler = tc.save_weights_and_get_sampling_client()
+        runs.setdefault(precision, []).append(
+            sampler.sample(prompt, 1, params).result().sequences[0]
+        )
+    first, again = runs["float32"]
+    assert first.tokens == again.tokens and first.logprobs == again.logprobs
+    half = runs["bfloat16"][0]
+    n = min(len(half.tokens), len(first.tokens))
+    gap = np.abs(np.asarray(half.logprobs[:n]) - np.asarray(first.logprobs[:n]))
+    assert 0 < gap.max() < 0.5
+    with pytest.raises(Exception, match="sampler_precision"):
+        mapping.trl_settings(GRPOConfig(**tiny(sampler_precision="bfloat16")))

@@ -15,7 +15,9 @@ def test_step_time_quick_runs_and_prints_its_result_line(tmp_path):
     result, out = bench_json("step_time", tmp_path, "--quick")
     last = out.strip().splitlines()[-1]
     assert last.startswith("RESULT training ") and "floor-decoding" in last
-    for key in ("ratio_training", "ratio_sampling", "ratio_step", "floor_training"):
+    assert "bf16-sampling" in last
+    keys = ("ratio_training", "ratio_sampling", "ratio_step", "floor_training")
+    for key in (*keys, "ratio_bf16_sampling"):
         assert math.isfinite(result[key]) and result[key] > 0
 
 

@@ -82,6 +82,7 @@ CARRIED = {
     # TRL recomputes the old logprobs with the trainer, and corrects vLLM's samples
     # with vLLM's own logprobs: the series' choice has no TRL setting
     "sampler_logprobs",
+    "sampler_precision",  # refused when bfloat16 (tests/core/test_step.py)
 }
 
 
