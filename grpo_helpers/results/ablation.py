@@ -85,6 +85,13 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "clip_low": GSPO_CLIP[0],
         "clip_high": GSPO_CLIP[1],
     },
+    # A faster sampler that is another policy: bfloat16 products, without and with
+    # a truncated importance weight (TIS, C = 3) for its gap.
+    "bfloat16 sampler": {"sampler_precision": "bfloat16"},
+    "bfloat16 sampler + TIS": {
+        "sampler_precision": "bfloat16",
+        "is_correction": "token_truncate",
+    },
 }
 
 #: Variants of earlier ablations left out, and why.
