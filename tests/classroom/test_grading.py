@@ -18,7 +18,9 @@ the students: ``tests/helpers/grading_students.py``, the run:
 * each attack of issue 47 scores zero and changes nothing (the snooper, the
   vandal, the caller, the signaller, the lingerer, the threader, the hog: the
   course directory's hashes, a listener at 127.0.0.1, a process of the teacher's
-  and the processes left are recorded around the run);
+  and the processes left are recorded around the run); the vandal can write
+  nothing that every kernel shares (the package, the data, the model cache, the
+  Python installation);
 * the grades file has a row per exercise and a total per student;
   ``--feedback`` writes each student's feedback;
 * the per-student time budget stops a grading process that hangs (a stand-in
@@ -259,6 +261,19 @@ def test_the_vandal_changes_nothing_and_scores_zero(graded):
     assert "the vandal linked:" in graded.printed("val")
     assert graded.seen["changed"] == []
     assert list(student_rows(graded.grades, "val")["points"]) == [0.0, 0.0]
+
+
+@pytest.mark.notebook
+def test_the_vandal_can_write_nothing_the_next_kernel_imports(graded):
+    """val asks, writing nothing, whether it could write the package, the data,
+    the model cache's entries and the Python installation that every student's
+    kernel shares: each is read-only in its sandbox, its own folder is not."""
+    checked = _said(graded, "val", "the vandal checked:")
+    assert any(p.endswith("/grpo_helpers") for p in checked), checked
+    assert any(p.endswith("/data") for p in checked), checked
+    assert any("site-packages" in p for p in checked), checked
+    assert _said(graded, "val", "the vandal could write:") == []
+    assert _said(graded, "val", "the vandal could write its folder:") is True
 
 
 @pytest.mark.notebook

@@ -4,7 +4,7 @@ where none works.
 * a sandboxed command sees, writes and reaches only what it is given: its folder
   writable, a bound one read-only, an unbound one absent, no network (a listener
   at 127.0.0.1 hears nothing), its own PIDs, only the environment it is given, the
-  limits set;
+  limits set; a file it writes stops at its size limit;
 * ``grade --check-sandbox`` says which bwrap and whether it works;
 * ``grade`` where no sandbox works stops and says why, and ``--no-sandbox`` warns
   and grades.
@@ -103,6 +103,38 @@ def test_a_sandboxed_command_sees_only_what_it_is_given(tmp_path):
         "processes": 32,
     }
     assert heard == []
+
+
+#: Writes 2 MiB into one file of its folder, in 64 KiB writes; prints how it ended.
+BIG_FILE = """
+import errno, sys
+try:
+    with open(sys.argv[1], "wb") as out:
+        for _ in range(32):
+            out.write(bytes(2**16))
+    print("written")
+except OSError as error:
+    print(errno.errorcode[error.errno])
+"""
+
+
+@LINUX
+def test_a_sandboxed_file_stops_growing_at_its_size_limit(tmp_path):
+    """sandbox.command with a 1 MiB file limit (``RLIMIT_FSIZE``): a 2 MiB write
+    into the command's own folder fails with EFBIG, and the file holds 1 MiB."""
+    from grpo_helpers.classroom import sandbox
+
+    big = tmp_path / "big"
+    line = sandbox.command(
+        sandbox.find()[0],
+        [sys.executable, "-c", BIG_FILE, str(big)],
+        writable=[tmp_path],
+        env={"PATH": "/usr/bin:/bin"},
+        limits=sandbox.Limits(file_mb=1),
+    )
+    done = subprocess.run(line, capture_output=True, text=True, timeout=60)
+    assert (done.returncode, done.stdout.strip()) == (0, "EFBIG"), done.stderr
+    assert big.stat().st_size == 2**20
 
 
 @LINUX

@@ -3,16 +3,18 @@ not teach draws further batches of questions, within a bound.
 
 On the tiny model: a step short of groups that teach draws the next questions of
 the split, in the run's order, up to ``dynamic_sampling`` extra batches, and trains
-on the first ``batch_size`` groups that teach; what it drew and discarded is in its
-metrics and in ``samples.jsonl``; the next step starts after the questions it drew;
-the async loop draws the same questions; a run killed during an extra batch resumes
-to the uninterrupted run; bad values are refused by name. With the bound 0 the
-loop sends the demo scripts' Datums: notebook 10's check holds ``train_sync``
-against an independent loop (``tests/classroom/test_self_checks.py``, ``train_loop``).
+on the first ``batch_size`` groups that teach, each group sampled with a seed of
+its own; what it drew and discarded is in its metrics and in ``samples.jsonl``; the
+next step starts after the questions it drew; the async loop draws the same
+questions; a run killed during an extra batch resumes to the uninterrupted run; bad
+values are refused by name. With the bound 0 the loop sends the demo scripts'
+Datums: notebook 10's check holds ``train_sync`` against an independent loop
+(``tests/classroom/test_self_checks.py``, ``train_loop``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -22,11 +24,13 @@ import textwrap
 import pandas as pd
 import pytest
 import torch
+from spies import EngineSpy
 from training_runs import TIMING, final_lora, subprocess_env
 
 from grpo_helpers import data, run_files, training
 from grpo_helpers.classroom.loop_check import CHECK_RUN
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.engines import connect
 from grpo_helpers.trl import mapping
 
 #: Notebook 10's check run with a seed whose steps 0, 1 and 2 each have a
@@ -86,6 +90,47 @@ def test_the_async_loop_draws_the_same_questions(run, tmp_path):
         .values.tolist()
         == run_files.load_samples(run)[key].drop_duplicates().values.tolist()
     )
+
+
+class _SeedsSeen:
+    """A sampler that writes down the seed of every ``sample`` call it gets."""
+
+    def __init__(self, inner, seen: list[int]):
+        self._inner, self._seen = inner, seen
+
+    def sample(self, *args, **kwargs):
+        self._seen.append(kwargs["sampling_params"].seed)
+        return self._inner.sample(*args, **kwargs)
+
+    async def sample_async(self, *args, **kwargs):
+        self._seen.append(kwargs["sampling_params"].seed)
+        return await self._inner.sample_async(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_an_extra_batch_samples_with_seeds_of_its_own(tmp_path, mode):
+    """Step 0 draws an extra batch: each of its groups, first batch and extra
+    one, is sampled with a seed no other group of the step had, so a refilled
+    group does not repeat the draws of the group it replaces."""
+    samplers: list[list[int]] = []
+
+    def wrap(sampler):
+        samplers.append([])
+        return _SeedsSeen(sampler, samplers[-1])
+
+    spy = EngineSpy(connect("local", run_dir=tmp_path / "engine"), wrap)
+    config = GRPOConfig(**(DYNAMIC | {"steps": 1}), run_dir=str(tmp_path / "run"))
+    if mode == "sync":
+        training.train_sync(config, spy, progress=False)
+    else:
+        asyncio.run(training.train_async(config, spy, progress=False))
+    drawn = run_files.load_metrics(tmp_path / "run")["groups_sampled"].iloc[0]
+    assert drawn > config.batch_size, "step 0 drew no extra batch"
+    seeds = [seed for seen in samplers for seed in seen]
+    assert len(seeds) == drawn and len(set(seeds)) == drawn, seeds
 
 
 #: Kill the run (SIGKILL) while it samples the first extra batch of step ``at``.

@@ -378,12 +378,17 @@ SNOOPER_2 = textwrap.dedent("""
 """)
 #: Writes into the gradebook, the key, another submission, the source notebooks
 #: (appends to them) and the project's notebooks folder (a new file); makes the
-#: grader's watch file a link to the key.
+#: grader's watch file a link to the key. Asks, writing nothing, whether it could
+#: write what the next kernel imports or reads: the package, the data, the model
+#: cache's entries and the Python installation (its working folder, the control).
 VANDAL = textwrap.dedent("""
     import os
+    import sys
+    import sysconfig
     from pathlib import Path
 
     import grpo_helpers
+    from grpo_helpers.settings import SETTINGS
 
     found = list(TARGETS)
     for start in (grpo_helpers.__file__, os.getcwd()):
@@ -405,6 +410,16 @@ VANDAL = textwrap.dedent("""
         except OSError:
             pass
     print("the vandal wrote:", sorted(WROTE))
+    SHARED = [Path(grpo_helpers.__file__).parent, SETTINGS.project_root / "data"]
+    MODELS = Path(SETTINGS.cache_dir) / "models"
+    if MODELS.is_dir():
+        SHARED += sorted(p for p in MODELS.iterdir() if p.is_dir())
+    SHARED += [Path(sys.prefix), Path(sys.exec_prefix)]
+    SHARED += [Path(sysconfig.get_paths()[k]) for k in ("stdlib", "purelib", "platlib")]
+    SHARED = sorted({str(p) for p in SHARED if p.is_dir()})
+    print("the vandal checked:", SHARED + [os.getcwd()])
+    print("the vandal could write:", [p for p in SHARED if os.access(p, os.W_OK)])
+    print("the vandal could write its folder:", os.access(os.getcwd(), os.W_OK))
     # the grader's watch file, in the kernel's folder, made a link to the key:
     # a grader that writes it would write the key
     WATCH = os.environ.get("GRPO_GRADING_WATCH", "")

@@ -1,9 +1,11 @@
 """grpo_helpers.local.worker: every torch job of the local engine on one compute
 thread. Sampling batches and training calls run there in the order submitted; a
-job the compute thread submits runs in place, so nothing waits for itself."""
+job the compute thread submits runs in place, so nothing waits for itself; a
+forked child starts a compute thread of its own."""
 
 from __future__ import annotations
 
+import os
 import threading
 
 import pytest
@@ -28,6 +30,27 @@ def test_a_job_submitted_from_the_compute_thread_runs_in_place():
     assert done and error == "ValueError"
     assert ident == worker.submit(threading.get_ident).result() != threading.get_ident()
     assert not worker.on_compute_thread()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="no fork on this system")
+def test_a_forked_child_runs_its_jobs_on_a_compute_thread_of_its_own():
+    """The parent's compute thread does not exist in a forked child (only the
+    forking thread is copied): the child's jobs run on a thread it starts, and
+    are not queued for the parent's, where they would wait forever."""
+    parent = worker.submit(threading.get_ident).result()  # the thread has started
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code, never return to pytest
+        code = 3
+        try:
+            ident = worker.submit(threading.get_ident).result(timeout=20)
+            code = 0 if ident != threading.get_ident() else 1
+        except BaseException:  # noqa: BLE001 - a job that never ran: TimeoutError
+            code = 2
+        finally:
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, "2: the job waited forever"
+    assert worker.submit(threading.get_ident).result() == parent  # the parent's own
 
 
 def test_every_engine_job_runs_on_the_one_compute_thread(svc, tok, monkeypatch):

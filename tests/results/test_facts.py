@@ -81,3 +81,32 @@ def test_cpu_grpo_demo_table_refuses_what_it_cannot_read(tmp_path):
         "; 1 of 1 clear both bars"
         in run_bench("cpu_grpo_demo", f"--table={saved}").stdout
     )
+
+
+def test_the_gradient_norm_ratio_is_each_variants_over_the_baselines():
+    """The recorded ablation's "gradient norm / baseline's" of every variant: the
+    range of its step's gradient norm divided by the baseline's of the same seed
+    and step, recomputed here from the records' metrics."""
+    import pandas as pd
+
+    from grpo_helpers.results import ablation
+
+    recorded = ablation.load_results()
+    printed = facts.ablation_facts()
+    norms = pd.concat(
+        pd.DataFrame(r["metrics"])[["step", "grad_norm"]].assign(
+            variant=r["variant"], seed=r["seed"]
+        )
+        for r in recorded
+    ).rename(columns={"grad_norm": "norm"})
+    base = norms[norms["variant"] == "baseline"].drop(columns="variant")
+    paired = norms[norms["variant"] != "baseline"].merge(
+        base, on=["seed", "step"], suffixes=("", "_baseline")
+    )
+    paired["ratio"] = paired["norm"] / paired["norm_baseline"]
+    checked = 0
+    for variant, rows in paired.groupby("variant"):
+        said = printed[f"{variant}: gradient norm / baseline's"]
+        assert said == f"{rows['ratio'].min():.4f} to {rows['ratio'].max():.4f}"
+        checked += 1
+    assert checked == len(set(norms["variant"])) - 1 > 0

@@ -145,6 +145,27 @@ def test_paired_bootstrap_is_seeded_and_sensible() -> None:
         paired_bootstrap_ci([1, 0], [1])
 
 
+@pytest.mark.parametrize("confidence", [0.95, 0.8])
+def test_the_paired_bootstrap_interval_has_its_coverage_on_both_sides(confidence):
+    """A ``confidence`` interval leaves ``(1 - confidence) / 2`` out on each side:
+    on 400 questions its half-width is the normal quantile of ``1 - alpha / 2``
+    times the paired differences' standard error (1.96 of them at 95%, where
+    ``alpha`` on each side would give 1.64), to the resampling's noise."""
+    import numpy as np
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(1)
+    base, trained = rng.random(400) < 0.3, rng.random(400) < 0.5
+    differences = trained.astype(float) - base.astype(float)
+    error = differences.std() / math.sqrt(len(differences))  # the plug-in's
+    low, high = paired_bootstrap_ci(
+        base, trained, n_bootstrap=10_000, confidence=confidence, seed=0
+    )
+    quantile = norm.ppf(1 - (1 - confidence) / 2)
+    assert (high - low) / 2 / error == pytest.approx(quantile, rel=0.04)
+    assert (low + high) / 2 == pytest.approx(differences.mean(), abs=0.2 * error)
+
+
 def test_k_curves_by_hand():
     records = pd.DataFrame(
         {

@@ -155,6 +155,31 @@ def test_the_model_card_gives_settings_held_out_result_and_provenance(
     assert heldout.stat().st_mtime_ns == stamp
 
 
+def test_the_held_out_result_scores_the_first_questions_of_the_test_split(
+    tiny_run, tmp_path, monkeypatch
+):
+    """The model card's held-out result: the base model and the run's weights
+    each answer the first questions of the run's test split, never its training
+    questions (what each evaluation was given, recorded here)."""
+    from grpo_helpers.data import load_split
+    from grpo_helpers.results import evaluation
+
+    run = export_peft.read_run(copy_run(tiny_run, tmp_path))  # no saved result
+    asked: dict[str, list[str]] = {}
+    evaluate = evaluation.evaluate
+
+    def recorded(sampler, tokenizer, questions, **kwargs):
+        asked[kwargs["name"]] = [row["question"] for row in questions]
+        return evaluate(sampler, tokenizer, questions, **kwargs)
+
+    monkeypatch.setattr(evaluation, "evaluate", recorded)
+    result = export_checks.held_out_result(run, questions=3, max_tokens=4)
+    test, train = (load_split(run.config, split) for split in ("test", "train"))
+    assert asked == {name: test["question"][:3] for name in ("base", "trained")}
+    assert not set(asked["base"]) & set(train["question"])
+    assert result["n"] == 3 and result["settings"]["split"] == "test"
+
+
 def copy_run(run_dir: Path, tmp_path: Path) -> Path:
     copy = tmp_path / "copy"
     shutil.copytree(run_dir, copy)
