@@ -1,5 +1,5 @@
 # grpo-notebooks: two commands on a fresh machine.
-#   make series   set up .venv and run the whole series (notebooks 01-10) end to end
+#   make series   set up .venv and run the whole series (notebooks 01-11) end to end
 #   make test     set up .venv and run every test (what CI runs)
 #   make lab      open the notebooks in JupyterLab with the project's kernel
 #                 (make lab FAST=1: fast mode, the tiny model)

@@ -94,6 +94,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     },
 }
 
+#: The variants of notebook 11 (when the sampler is not the trainer); notebook 09
+#: judges the others.
+SAMPLER_VARIANTS = (
+    "behaviour logprobs",
+    "GSPO",
+    "bfloat16 sampler",
+    "bfloat16 sampler + TIS",
+)
+
 #: Variants of earlier ablations left out, and why.
 DROPPED = {
     "token-mean (DAPO)": (

@@ -29,8 +29,8 @@ def exercises(stem: str) -> int:
     return sum("exercise" in c.metadata.get("tags", []) for c in nb.cells)
 
 
-def test_the_series_has_ten_notebooks():
-    assert [s[:2] for s in STEMS] == [f"{i:02d}" for i in range(1, 11)]
+def test_the_series_has_eleven_notebooks():
+    assert [s[:2] for s in STEMS] == [f"{i:02d}" for i in range(1, 12)]
 
 
 @pytest.mark.parametrize("stem", STEMS)
