@@ -43,6 +43,7 @@ import pytest
 import pytrio as trio
 from grading_runs import practically_endless
 from wrong_answers import (
+    CORRECTION_WEIGHTS,
     FLIPS_AND_P,
     FRACTION_CUT_OFF,
     GAIN_BY_SOURCE,
@@ -270,6 +271,9 @@ def _two_await_check(answer, service, prompt_batch, response):
 EXERCISES = {
     "fraction_cut_off": Exercise(cell_check("fraction_cut_off"), FRACTION_CUT_OFF),
     "smallest_budget": Exercise(cell_check("smallest_budget"), SMALLEST_BUDGET),
+    "correction_weights": Exercise(
+        cell_check("correction_weights"), CORRECTION_WEIGHTS
+    ),
     "last_boxed": Exercise(cell_check("last_boxed"), LAST_BOXED),
     "gaming_completion": Exercise(cell_check("gaming_completion"), GAMING_COMPLETION),
     "smallest_group_size": Exercise(

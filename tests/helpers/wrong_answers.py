@@ -627,3 +627,34 @@ K3_ESTIMATE = {
     "k1, the mean of d": lambda s, r: _k3(s, r, k1=True),
     "a sum, not a mean": lambda s, r: _k3(s, r, total=True),
 }
+
+
+def _weights(log_r, mode, c, ratio=None, seq=None, cut=None):
+    log_r = np.asarray(log_r, dtype=float)
+    ratio = ratio or np.exp
+    if mode.startswith("sequence"):
+        r = np.full(log_r.shape, float(ratio(np.asarray((seq or np.sum)(log_r)))))
+    else:
+        r = ratio(log_r)
+    if mode.endswith("truncate"):
+        return np.minimum(r, c)
+    return (cut or (lambda r, c: np.where(r > c, 0.0, r)))(r, c)
+
+
+# correction_weights(log_ratios, mode, clip_max) (notebook 11)
+CORRECTION_WEIGHTS = {
+    "the sequence's ratio as its tokens' geometric mean (GSPO's)": (
+        lambda r, m, c: _weights(r, m, c, seq=np.mean)
+    ),
+    "the ratio upside down (sampler / trainer)": lambda r, m, c: _weights(
+        r, m, c, ratio=lambda x: np.exp(-x)
+    ),
+    "the mask caps at C instead of zeroing": lambda r, m, c: _weights(
+        r, m, c, cut=np.minimum
+    ),
+    "the log ratio truncated at C": lambda r, m, c: (
+        np.exp(np.minimum(np.asarray(r, dtype=float), c))
+        if m == "token_truncate"
+        else _weights(r, m, c)
+    ),
+}
