@@ -331,6 +331,21 @@ def load_results(directory: Path = ABLATION_DIR) -> list[dict[str, Any]]:
     ]
 
 
+def knob_results(directory: Path = ABLATION_DIR) -> list[dict[str, Any]]:
+    """The recorded runs notebook 09 judges: the baseline and the objective's knobs
+    (every variant but notebook 11's :data:`SAMPLER_VARIANTS`)."""
+    return [
+        r for r in load_results(directory) if r["variant"] not in SAMPLER_VARIANTS
+    ]
+
+
+def sampler_results(directory: Path = ABLATION_DIR) -> list[dict[str, Any]]:
+    """The recorded runs notebook 11 judges: the baseline and
+    :data:`SAMPLER_VARIANTS`."""
+    wanted = ("baseline", *SAMPLER_VARIANTS)
+    return [r for r in load_results(directory) if r["variant"] in wanted]
+
+
 def metrics_frame(results: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     """All runs' per-step metrics in one frame, with ``variant`` and ``seed``."""
     frames = [

@@ -347,7 +347,7 @@ def ablation_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
     ablation as a whole: the seeds, the spread of the per-seed differences and the
     smallest difference that many seeds can detect.
     """
-    recorded = ablation.load_results(directory)
+    recorded = ablation.knob_results(directory)
     if not recorded:
         return {}
     seeds = sorted({r["seed"] for r in recorded if r["variant"] == "baseline"})

@@ -147,9 +147,12 @@ def test_the_knob_sets_the_loss_temperature_and_pytrio_refuses_it():
         GRPOConfig(backend="local", train_temperature="0.6")
 
 
-def test_the_loop_trains_from_a_ratio_of_one(tmp_path):
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_the_loop_trains_from_a_ratio_of_one(tmp_path, mode):
     """The Datums carry the tempered sampler logprobs, so the first update's
-    ratio is 1; trained at 1 from the same samples, the weights end elsewhere."""
+    ratio is 1; trained at 1 from the same samples, the weights end elsewhere.
+    Both loops (a rescoring that dropped ``loss_fn_config`` in one of them would
+    leave a ratio of pi_T / pi there)."""
     weights, ratios = {}, {}
     for knob in ("sampling", "1"):
         config = GRPOConfig(
@@ -161,7 +164,7 @@ def test_the_loop_trains_from_a_ratio_of_one(tmp_path):
                 weights_name=f"t-{knob}",
             )
         )
-        result = training.train_sync(config, progress=False)
+        result = training.train(config, mode, progress=False)
         row = result.metrics.iloc[0]
         assert row["updated"], "the tiny run's step must train for this test"
         ratios[knob] = row["ratio_mean"]

@@ -267,7 +267,7 @@ def test_the_knobs_table_is_generated_from_the_ablation():
     from grpo_helpers.results import ablation
 
     text = page_section("docs/results.md", "## The knobs, judged across seeds")
-    table = facts.seed_level_table(ablation.load_results()).splitlines()
+    table = facts.seed_level_table(ablation.knob_results()).splitlines()
     missing = [line for line in table if line not in text]
     assert not missing, missing
 
