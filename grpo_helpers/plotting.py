@@ -195,6 +195,37 @@ def plot_step_times(
     return ax
 
 
+def plot_mismatch(
+    runs: Mapping[str, pd.DataFrame | str | Path], ax: plt.Axes | None = None
+) -> plt.Axes:
+    """How far each run's sampler was from its trainer, per step: the mean
+    ``|log pi_sampler - log pi_trainer|`` on the sampled tokens (``mismatch_mean``,
+    notebook 11), on a log scale. A run recorded before it was logged, or a step
+    that trained nothing, has no point.
+
+    Args:
+        runs: ``{label: metrics}`` (a DataFrame, run directory or
+            ``metrics.jsonl``).
+    """
+    ax = _axes(ax)
+    for label, metrics in runs.items():
+        df = _metrics(metrics)
+        if "mismatch_mean" not in df or not df["mismatch_mean"].notna().any():
+            continue
+        ax.plot(df["step"], df["mismatch_mean"], "o-", ms=3, label=label)
+    ax.set(
+        yscale="log",
+        xlabel="step",
+        ylabel="mean |log ratio|",
+        title="sampler vs trainer, at the sampler's weights",
+    )
+    _integer_steps(ax)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=7)
+    return ax
+
+
 #: The four panels of :func:`plot_run_curves`: (column, title, y label, y range).
 RUN_PANELS = (
     ("reward_mean", "reward (mean of the step's completions)", "reward", (0, 1)),

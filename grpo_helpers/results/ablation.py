@@ -334,9 +334,7 @@ def load_results(directory: Path = ABLATION_DIR) -> list[dict[str, Any]]:
 def knob_results(directory: Path = ABLATION_DIR) -> list[dict[str, Any]]:
     """The recorded runs notebook 09 judges: the baseline and the objective's knobs
     (every variant but notebook 11's :data:`SAMPLER_VARIANTS`)."""
-    return [
-        r for r in load_results(directory) if r["variant"] not in SAMPLER_VARIANTS
-    ]
+    return [r for r in load_results(directory) if r["variant"] not in SAMPLER_VARIANTS]
 
 
 def sampler_results(directory: Path = ABLATION_DIR) -> list[dict[str, Any]]:

@@ -22,3 +22,20 @@ def test_the_run_curves_plot_both_runs_with_their_labels():
     assert labels == ["your run", "recorded run"] == ["your run", run.label]
     assert run.caption.startswith("python bench/cpu_grpo_demo.py")
     plt.close("all")
+
+
+def test_plot_mismatch_draws_the_runs_that_logged_the_gap():
+    """One line per run with ``mismatch_mean``; an older run without it, and steps
+    that trained nothing (NaN), draw no point."""
+    import math
+
+    import pandas as pd
+
+    from grpo_helpers import plotting
+
+    logged = pd.DataFrame({"step": [0, 1, 2], "mismatch_mean": [math.nan, 1e-6, 0.3]})
+    older = pd.DataFrame({"step": [0, 1], "reward_mean": [0.1, 0.2]})
+    ax = plotting.plot_mismatch({"new": logged, "older": older})
+    (line,) = ax.get_lines()
+    assert line.get_label() == "new" and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["new"]
