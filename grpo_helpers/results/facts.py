@@ -549,10 +549,29 @@ def seed_level_table(results: Sequence[Mapping[str, Any]], grade: str = "exact")
 
 
 #: Every family of facts, by name, and the function that computes it.
+def sampler_facts(directory: Path = ablation.ABLATION_DIR) -> dict[str, str]:
+    """Facts of notebook 11's variants (``ablation.SAMPLER_VARIANTS``), judged
+    across seeds by the knobs' rule: each verdict sentence (both grades), the
+    per-seed differences, the seeds recorded per variant and one summary sentence.
+    Empty while none of them is recorded."""
+    recorded = ablation.sampler_results(directory)
+    if not any(r["variant"] != "baseline" for r in recorded):
+        return {}
+    facts: dict[str, str] = {}
+    for grade in ("exact", "lenient"):
+        facts |= _verdict_facts(recorded, grade)
+    facts["sampler summary"] = _knobs_summary(recorded)
+    for variant in ablation.SAMPLER_VARIANTS:
+        seeds = sorted(r["seed"] for r in recorded if r["variant"] == variant)
+        facts[f"{variant} seeds"] = _seeds(seeds) if seeds else "none"
+    return facts
+
+
 FAMILIES: dict[str, Callable[[], dict[str, str]]] = {
     "run": run_facts,
     "shaped": shaped_facts,
     "ablation": ablation_facts,
+    "sampler": sampler_facts,
     "noise pair": noise_pair_facts,
 }
 

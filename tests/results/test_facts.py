@@ -110,3 +110,30 @@ def test_the_gradient_norm_ratio_is_each_variants_over_the_baselines():
         assert said == f"{rows['ratio'].min():.4f} to {rows['ratio'].max():.4f}"
         checked += 1
     assert checked == len(set(norms["variant"])) - 1 > 0
+
+
+def test_sampler_facts_judge_notebook_11s_variants_apart_from_the_knobs(tmp_path):
+    """Notebook 11's variants are judged against the baseline of the same seed,
+    as the knobs are, and stay out of notebook 09's facts (and it of theirs)."""
+    import json
+
+    from grpo_helpers.results import ablation, facts
+
+    def record(variant, seed, exact):
+        return {"variant": variant, "seed": seed, "held_out": [{"exact": exact}]}
+
+    runs = [record("baseline", s, 0.4) for s in (0, 1)]
+    runs += [record("GSPO", 0, 0.5), record("GSPO", 1, 0.3)]
+    runs += [record("KL beta=0.2", s, 0.2) for s in (0, 1)]
+    for r in runs:
+        name = f"{ablation.slug(r['variant'])}-seed{r['seed']}.json"
+        (tmp_path / name).write_text(json.dumps(r))
+    assert facts.sampler_facts(tmp_path / "none") == {}
+    assert {r["variant"] for r in ablation.sampler_results(tmp_path)} == {
+        "baseline",
+        "GSPO",
+    }
+    assert "GSPO" not in {r["variant"] for r in ablation.knob_results(tmp_path)}
+    table = ablation.seed_level(ablation.sampler_results(tmp_path), "exact")
+    assert table["variant"].tolist() == ["GSPO"]
+    assert table.iloc[0]["differences"] == pytest.approx([0.1, -0.1])
