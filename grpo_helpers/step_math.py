@@ -238,8 +238,8 @@ def with_sampler_logprobs(
 ) -> list[trio.Datum]:
     """The Datums with their sampler logprobs replaced by ``scored``'s.
 
-    The sampler reports each token's logprob under the model's own distribution
-    (temperature 1). A loss that trains the tempered policy
+    By default the local sampler reports each token's logprob under the model's own
+    distribution (temperature 1). A loss that trains the tempered policy
     (``GRPOConfig.train_temperature='sampling'``) needs the tempered ones: the loop
     scores the step's Datums once with ``forward`` (same weights as the sampler,
     before any update) and puts them here, so that the ratio starts at 1. Positions

@@ -247,7 +247,7 @@ def generate(
     Returns:
         One ``SampleResponse`` per request, in order. Each ``SampleSequence`` holds
         the completion ``tokens`` (a final stop or EOS token included, since the
-        policy chose it), the raw-distribution ``logprobs`` of those tokens, the
+        policy chose it), their ``logprobs`` (:data:`LOGPROBS_OF`), the
         ``text`` (cut before a stop string or stop token) and ``stop_reason``:
         ``"stop"`` or ``"length"``. ``input_tokens`` is the prompt length (encoded
         once per request), ``output_tokens`` the number of sampled tokens.

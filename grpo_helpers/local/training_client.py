@@ -81,7 +81,7 @@ class LocalTrainingClient:
         lora: pytrio's ``LoraRunSpec`` (rank, seed, train_* flags).
         step: optimiser steps taken (restored by ``load_state_with_optimizer``).
         logprobs_of: what the samplers it makes report for each drawn token:
-            ``"model"`` (temperature 1, unfiltered; PyTRIO's documented default)
+            ``"model"`` (temperature 1, unfiltered; this engine's default)
             or ``"behaviour"`` (the distribution the token was drawn from); set by
             ``engines.report_sampler_logprobs``, read when a sampler is made.
     """
