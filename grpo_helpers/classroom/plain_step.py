@@ -25,10 +25,11 @@ start from the same LoRA weights, moved away from zero (so that every LoRA tenso
 gets a gradient and the ratios are not 1). Each normalisation (``token_sum``,
 ``sequence_mean``, ``constant``) is one case, on fresh copies.
 
-The engine's sampler draws at the sampling temperature but, by default, records each
-token's logprob under the model's own distribution (temperature 1), and the engine trains
-at temperature 1 too (``grpo_helpers.local.sampling``): a step that divides the
-logits by the temperature computes other logprobs, ratios and loss, and fails.
+The engine's sampler draws at the sampling temperature but, by default, records
+each token's logprob under the model's own distribution (temperature 1), and the
+engine trains at temperature 1 too (``grpo_helpers.local.sampling``): a step that
+divides the logits by the temperature computes other logprobs, ratios and loss, and
+fails.
 (TRL divides by it on both sides instead: ``trl_mapping``'s "temperature".)
 
 Hints name the mistake (no shift, no mask, the logits divided by the temperature,
