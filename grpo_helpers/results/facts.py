@@ -12,12 +12,17 @@ them all.
 * :func:`run_facts`: one recorded run (the evaluation notebooks, the README);
 * :func:`shaped_facts`: the shaped-reward run against the default one;
 * :func:`ablation_facts`: the knobs, judged across seeds (:mod:`ablation`);
+* :func:`sampler_facts`: notebook 11's variants, judged by the same rule;
 * :func:`noise_pair_facts`: two runs of one configuration that parted;
 * :func:`say`: a sentence with ``{fact}`` placeholders, filled in from one family
   (what the evaluation notebooks print);
 * :func:`load_seed_results`, :func:`seed_table`, :func:`seed_summary`: the
   final-split seeds of notebook 05's defaults, as the README and
   ``docs/results.md`` tabulate them.
+
+The module stays whole (about 620 lines): every family is read by one claims test
+through :data:`FAMILIES`, and the families share their phrasing helpers (points,
+seeds, lists), so a number is worded the same way wherever it is cited.
 
 Introduced in: the README (results)
 """

@@ -26,6 +26,17 @@ PROMISES = {
     "reward": {"reward"},
     "tempered": {"train_temperature"},
     "dynamic sampling": {"dynamic_sampling"},
+    "behaviour": {"sampler_logprobs"},
+    "GSPO": {
+        "loss_fn",
+        "updates_per_batch",
+        "ratio_level",
+        "normalization",
+        "clip_low",
+        "clip_high",
+    },
+    "bfloat16": {"sampler_precision"},
+    "TIS": {"is_correction"},
 }
 
 
