@@ -494,7 +494,7 @@ def _tiny_random_model() -> Any:
         # torch types a Module's attribute as Tensor | Module: these are Tensors
         emb: torch.Tensor = model.get_input_embeddings().weight  # type: ignore[assignment]
         emb.copy_(torch.randn(emb.shape, generator=gen))
-        head: torch.Tensor = model.get_output_embeddings().weight  # type: ignore[assignment]
+        head: torch.Tensor = model.get_output_embeddings().weight
         head.copy_(torch.randn(head.shape, generator=gen) * 0.4)
         # The bias channel: a constant in, nothing written to it, read out per token.
         emb[:, 0] = 4.0
