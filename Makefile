@@ -5,7 +5,8 @@
 #                 (make lab FAST=1: fast mode, the tiny model)
 # Other targets: book (the course site), student (the edition without solutions),
 # setup (what the notebooks need), setup-all (the tests' and the teacher's tools
-# too), lock (refresh constraints.txt), lint, strip, clean.
+# too), lock (refresh constraints.txt), lint (ruff, stripped notebooks, mypy), strip,
+# clean.
 
 PYTHON ?= python3
 VENV   ?= .venv
@@ -133,6 +134,7 @@ lint: setup-all
 	$(PY) -m ruff check grpo_helpers tests notebooks bench
 	$(PY) -m ruff format --check grpo_helpers tests notebooks bench
 	$(PY) -m nbstripout --verify notebooks/*.ipynb
+	$(PY) -m mypy
 
 # Two pytest workers, one torch thread each: a notebook, a subprocess run or the site
 # build on one core while the unit tests go on on the other (tests/README.md). The
@@ -146,4 +148,4 @@ strip: setup
 	$(PY) -m nbstripout notebooks/*.ipynb
 
 clean:
-	rm -rf build .pytest_cache .ruff_cache
+	rm -rf build .pytest_cache .ruff_cache .mypy_cache

@@ -20,6 +20,7 @@ import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from pytrio import PyTrioError
 
@@ -294,7 +295,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     rows = load_split(config, settings.split)
     rows = rows.select(range(min(settings.eval_questions, len(rows))))
     service = connect(args.backend)
-    kwargs = {"config": settings}
+    kwargs: dict[str, Any] = {"config": settings}
     samplers = {"base": service.create_sampling_client(base_model=config.model_name)}
     if args.checkpoint_path:
         samplers["checkpoint"] = service.create_sampling_client(

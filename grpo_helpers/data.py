@@ -29,7 +29,7 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from grpo_helpers.arithmetic import arithmetic_split
 from grpo_helpers.checks import check_choice, check_int
@@ -126,8 +126,8 @@ def _read_bundled(path: Path, expected: _BundledFile, verify: bool) -> Dataset:
                 ", or load the original with load_gsm8k(split, source='hub') when "
                 "online."
             )
-    questions: list[str] = []
-    answers: list[str] = []
+    questions: list[Any] = []  # unchecked until _check_rows
+    answers: list[Any] = []
     for index, line in enumerate(lines):
         try:
             row = json.loads(line)

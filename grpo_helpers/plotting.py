@@ -689,7 +689,8 @@ def plot_reward_distributions(
     ax = _axes(ax)
     bins = np.linspace(0, 1, 21)
     for name, values in rewards.items():
-        ax.hist(values, bins=bins, alpha=0.5, label=name)
+        # matplotlib types bins as a Sequence; an ndarray is what it takes
+        ax.hist(values, bins=bins, alpha=0.5, label=name)  # type: ignore[arg-type]
     ax.set(xlabel="reward", ylabel="completions", title="Reward distributions")
     ax.legend(fontsize=8)
     return ax

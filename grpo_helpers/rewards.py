@@ -276,7 +276,7 @@ def answers_match(pred: str | None, gold: str) -> bool:
     if pred_value is not None and gold_value is not None:
         if pred_value == gold_value:
             return True
-        scale = max(abs(gold_value), 1)
+        scale = max(abs(gold_value), Fraction(1))
         return abs(pred_value - gold_value) <= MATCH_TOLERANCE * scale
     pred_text = normalize_answer(pred)
     return bool(pred_text) and pred_text == normalize_answer(gold)

@@ -51,7 +51,7 @@ import functools
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pytrio as trio
@@ -227,7 +227,8 @@ def kl_terms(
     """
     samples = trained_samples(groups)
     ref_completion = [
-        [float(v) for v in values[len(values) - len(sample.tokens) :]]
+        # only the prompt's first token has None: never a completion token
+        [float(cast(float, v)) for v in values[len(values) - len(sample.tokens) :]]
         for values, (_, sample) in zip(reference, samples, strict=True)
     ]
     return kl_penalty([s.logprobs for _, s in samples], ref_completion, kl_coef)

@@ -338,7 +338,7 @@ def _solution_block(stem: str, name: str) -> str:
     text = (SOLUTIONS / f"{stem}.py").read_text()
     tree = ast.parse(text)
     imports = [
-        ast.get_source_segment(text, node)
+        ast.get_source_segment(text, node) or ""
         for node in tree.body
         if isinstance(node, (ast.Import, ast.ImportFrom))
         and not (isinstance(node, ast.ImportFrom) and node.module == "__future__")
@@ -355,7 +355,7 @@ def _solution_block(stem: str, name: str) -> str:
         used = {n.id for n in ast.walk(defined[current]) if isinstance(n, ast.Name)}
         queue += [n for n in used if n in defined and n not in wanted]
     parts = [
-        ast.get_source_segment(text, node)
+        ast.get_source_segment(text, node) or ""
         for node in tree.body
         if set(_top_level_names(node)) & wanted
     ]
@@ -366,6 +366,7 @@ def _exercise_name(source: str) -> str:
     node = ast.parse(source).body[0]
     if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return node.name
+    assert isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
     return node.targets[0].id  # an exercise that is a value (notebook 02)
 
 

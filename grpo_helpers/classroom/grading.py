@@ -765,9 +765,9 @@ def _kernel_said(path: Path) -> str:
     """The last lines a kernel wrote to its stdout and stderr, ipykernel's
     banner left out (where it failed to start, bubblewrap says why there)."""
     try:
-        with open(path, "rb") as said:
-            said.seek(max(0, path.stat().st_size - 4096))
-            lines = said.read().decode(errors="replace").splitlines()
+        with open(path, "rb") as stream:
+            stream.seek(max(0, path.stat().st_size - 4096))
+            lines = stream.read().decode(errors="replace").splitlines()
     except OSError:
         return ""
     said = " | ".join(

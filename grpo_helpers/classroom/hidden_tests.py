@@ -232,8 +232,13 @@ def run_hidden_tests(
         return namespace["refuse"].__code__
 
     refusals = {dotted: refusal(dotted) for dotted, _ in targets}
-    state = {"active": False, "reached": "", "other": "", "probed": False}
-    starts = ("subprocess.Popen", "os.system", "os.fork", "os.forkpty")
+    state: dict[str, Any] = {
+        "active": False,
+        "reached": "",
+        "other": "",
+        "probed": False,
+    }
+    starts: tuple[str, ...] = ("subprocess.Popen", "os.system", "os.fork", "os.forkpty")
     starts += ("os.posix_spawn", "os.exec", "os.spawn", "pty.spawn")
 
     def forbidden(dotted: str) -> str:
@@ -509,7 +514,7 @@ def _short(thing: Any) -> str:
 def results(printed: str, exercise: str) -> list[Any]:
     """The records that a graded cell's output (``printed``) holds for
     ``exercise``: one per run of its hidden tests; an unreadable line is None."""
-    records = []
+    records: list[Any] = []
     for line in printed.splitlines():
         if not line.startswith(RESULT):
             continue

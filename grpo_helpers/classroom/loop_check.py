@@ -111,7 +111,7 @@ class _Log:
     samplers: int = 0
     # (updates at the sample, whether its sampler was made in that step, the
     # learner's step) of each sample from a sampler older than the last update
-    stale: list[tuple[int, bool]] = field(default_factory=list)
+    stale: list[tuple[int, bool, int]] = field(default_factory=list)
     seeds: list[Any] = field(default_factory=list)  # each sample's seed, in order
     pending: list[Any] = field(default_factory=list)
     pending_loss_fns: set[str] = field(default_factory=set)

@@ -200,7 +200,7 @@ def _loss_hint(value: float, want: float, logits: Any, batch: PlainBatch) -> str
         return ""
     if abs(value + want) <= tol:
         return "the sign is flipped: the engine *minimises* -ratio * advantage"
-    mistakes = [
+    mistakes: list[tuple[dict[str, Any], str]] = [
         (
             {"temperature": batch.temperature},
             "your logprobs come from logits divided by the temperature; the sampler "

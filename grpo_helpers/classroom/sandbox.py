@@ -50,6 +50,7 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -233,12 +234,12 @@ def command(
     bwrap: str,
     argv: list[str],
     *,
-    writable: list[Path] = (),
-    read_only: list[Path | tuple[Path, Path]] = (),
+    writable: Sequence[Path] = (),
+    read_only: Sequence[Path | tuple[Path, Path]] = (),
     chdir: Path | None = None,
     env: dict[str, str] | None = None,
     limits: Limits | None = None,
-    protected: list[Path] = (),
+    protected: Sequence[Path] = (),
     sized_tmp: bool = False,
 ) -> list[str]:
     """``argv`` run in a sandbox: the whole command line.
@@ -262,11 +263,11 @@ def command(
     if sized_tmp:
         line += ["--size", str(limits.tmp_mb * 2**20)]
     line += ["--tmpfs", "/tmp"]
-    for folder in SYSTEM:
-        if os.path.islink(folder):
-            line += ["--symlink", os.readlink(folder), folder]
-        elif os.path.isdir(folder):
-            line += ["--ro-bind", folder, folder]
+    for system in SYSTEM:
+        if os.path.islink(system):
+            line += ["--symlink", os.readlink(system), system]
+        elif os.path.isdir(system):
+            line += ["--ro-bind", system, system]
     for name in ETC:
         line += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
     for folder in python_dirs(list(protected)):
@@ -317,7 +318,7 @@ def _witnesses(folders: list[Path], mounted: list[Path]) -> list[Path]:
     return witnesses
 
 
-def check(protected: list[Path] = ()) -> Check:
+def check(protected: Sequence[Path] = ()) -> Check:
     """Whether a sandbox works here: Python runs in one, in a PID namespace of
     its own, with only a loopback device, and sees none of ``protected`` (nor
     the teacher's home)."""

@@ -92,6 +92,7 @@ def time_limit(seconds: float | None) -> Iterator[None]:
     if not usable:
         yield
         return
+    assert seconds is not None  # usable says so; mypy does not follow it
 
     def stop(signum: int, frame: Any) -> None:
         raise TimeLimitExceeded(f"took longer than {seconds:g} s: an endless loop?")

@@ -266,7 +266,7 @@ def run_forward(
         outputs.append({"logprobs": TensorData.from_torch(values.contiguous())})
     count = job.token_count
     return ForwardBackwardOutput(
-        loss_fn_outputs=outputs,  # type: ignore[arg-type]
+        loss_fn_outputs=outputs,
         metrics={
             "loss_sum": loss_sum,
             "loss_mean": loss_sum / count if count > 0 else 0.0,

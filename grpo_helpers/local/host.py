@@ -204,6 +204,7 @@ class ModelHost:
             self._reap()
             if merged and self._merged_decoder() is not None:
                 decoder = self._merged_decoder()
+                assert decoder is not None  # under the lock, still built
                 decoder.load(snapshot, precision)
                 yield decoder
                 return

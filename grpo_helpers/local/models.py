@@ -44,6 +44,7 @@ import importlib.metadata
 import os
 import socket
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,7 +115,7 @@ def default_dtype(device: str | None = None) -> Any:
     return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
 
 
-def thread_count(environ: dict[str, str] | None = None) -> int:
+def thread_count(environ: Mapping[str, str] | None = None) -> int:
     """How many threads torch should use: ``OMP_NUM_THREADS`` when it is a positive
     integer, else the CPUs this process may run on.
 
@@ -163,7 +164,7 @@ def _smollm2_gguf() -> Path | None:
         return None
     for file in dist.files or []:
         if str(file).endswith(".gguf"):
-            path = Path(dist.locate_file(file))
+            path = Path(str(dist.locate_file(file)))
             if path.is_file():
                 return path
     return None
@@ -356,7 +357,8 @@ def _convert_gguf(gguf: Path) -> Path:
         # them without looking for the .gguf file.
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        model.hf_quantizer = None
+        # transformers types hf_quantizer as never None; None is how it is dropped
+        model.hf_quantizer = None  # type: ignore[assignment]
         model.config.name_or_path = SMOLLM2
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
@@ -489,9 +491,10 @@ def _tiny_random_model() -> Any:
         model = LlamaForCausalLM(config)
     gen = torch.Generator().manual_seed(_TINY_SEED)
     with torch.no_grad():
-        emb = model.get_input_embeddings().weight
+        # torch types a Module's attribute as Tensor | Module: these are Tensors
+        emb: torch.Tensor = model.get_input_embeddings().weight  # type: ignore[assignment]
         emb.copy_(torch.randn(emb.shape, generator=gen))
-        head = model.get_output_embeddings().weight
+        head: torch.Tensor = model.get_output_embeddings().weight
         head.copy_(torch.randn(head.shape, generator=gen) * 0.4)
         # The bias channel: a constant in, nothing written to it, read out per token.
         emb[:, 0] = 4.0

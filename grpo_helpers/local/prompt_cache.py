@@ -162,6 +162,7 @@ def recall_prompt(
     if found is None:
         return None
     logits, cache = found
+    assert logits is not None  # run_last=True runs the last token
     device = decoder.device
     mask = torch.ones((1, len(prompt)), dtype=torch.long, device=device)
     positions = torch.arange(len(prompt), device=device)[None]

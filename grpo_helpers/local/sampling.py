@@ -126,7 +126,7 @@ def stop_lists(
         return ([stop] if stop else []), set()
     items = list(stop)
     if items and all(isinstance(s, int) and not isinstance(s, bool) for s in items):
-        return [], {int(s) for s in items}
+        return [], {s for s in items if isinstance(s, int)}
     return [str(s) for s in items if str(s)], set()
 
 

@@ -215,7 +215,7 @@ def _budget_point(
     base: GRPOConfig,
     service: Any,
     on_step: Callable[[pd.DataFrame], None] | None,
-    scoring: dict[str, int],
+    scoring: dict[str, Any],
 ) -> dict[str, Any]:
     """Train a run that samples more per step (dynamic sampling) one step at a
     time (a resume per step: ``steps`` may change on resume) until it has sampled
@@ -285,12 +285,16 @@ def run_variant(
         classes (``answers.classify_records``).
     """
     config = variant_config(variant, seed, base, run_root)
+    assert config.run_dir is not None  # variant_config names every run's folder
     if service is None:
         from grpo_helpers.engines import connect
 
         service = connect(config.backend, run_dir=Path(config.run_dir) / "checkpoints")
     started = time.time()
-    scoring = {"questions": eval_questions, "max_tokens": eval_max_tokens}
+    scoring: dict[str, Any] = {
+        "questions": eval_questions,
+        "max_tokens": eval_max_tokens,
+    }
     points = [
         _held_out_point(
             0, _evaluate(service, config, None, base_cache, **scoring, reuse=reuse_base)

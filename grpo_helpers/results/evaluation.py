@@ -455,7 +455,7 @@ def eval_settings(
         "concurrency": concurrency,
         "num_samples": num_samples,
     }
-    changes = {k: v for k, v in given.items() if v is not None}
+    changes: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     return replace(config or EvalConfig(), **changes)
 
 

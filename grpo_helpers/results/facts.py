@@ -137,8 +137,8 @@ def run_facts(name: str = recorded_runs.DEFAULT_RUN) -> dict[str, str]:
         facts[f"{stage}: writes no expression"] = _no_expression(records)
     for stage, cls in classes.items():
         counts = cls.value_counts()
-        for c in answers.CLASSES:
-            facts[f"{stage}: {c}"] = f"{int(counts.get(c, 0))} of {len(cls)}"
+        for label in answers.CLASSES:
+            facts[f"{stage}: {label}"] = f"{int(counts.get(label, 0))} of {len(cls)}"
     flips = answers.flip_breakdown(
         run.base, run.trained, classes["base"], classes["trained"]
     )
@@ -163,8 +163,8 @@ def run_facts(name: str = recorded_runs.DEFAULT_RUN) -> dict[str, str]:
                 cls = answers.classify_records(
                     run.evals[prompt], prompts.PROMPT_EXAMPLES[prompt]
                 )
-                for c, count in cls.value_counts().items():
-                    facts[f"{prompt}: {c}"] = f"{count} of {len(cls)}"
+                for label, count in cls.value_counts().items():
+                    facts[f"{prompt}: {label}"] = f"{count} of {len(cls)}"
         best = max(prompt_records, key=lambda k: prompt_records[k]["exact"].mean())
         facts["best prompt"] = best
         for grade in ("exact", "lenient"):

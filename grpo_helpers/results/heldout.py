@@ -57,6 +57,7 @@ def trained_weights(
             return found[0], found[1], f"the finished run in {run_dir}"
         print(f"nothing to reuse in {run_dir}: training {own_config.steps} steps")
     result = training.train_sync(own_config, service, overwrite=True)
+    assert result.weights_path is not None  # a finished loop saved its weights
     return result.weights_path, own_config, f"a run of its own in {own_config.run_path}"
 
 
@@ -130,7 +131,7 @@ def compare(
         base_model=config.model_name, model_path=weights_path
     )
     tokenizer = base_sampler.get_tokenizer()
-    settings = {
+    settings: dict[str, Any] = {
         "temperature": 0.0,
         "max_tokens": max_tokens,
         "concurrency": concurrency,

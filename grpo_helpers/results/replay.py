@@ -71,7 +71,7 @@ def load_record(path: str | Path) -> dict[str, Any]:
     """
     path = Path(path)
     if path.is_file():
-        record = json.loads(path.read_text())
+        record: dict[str, Any] = json.loads(path.read_text())
         if "settings" not in record or "metrics" not in record:
             raise ValueError(f"{path} is not a run record (no settings or metrics)")
         return record
@@ -81,7 +81,7 @@ def load_record(path: str | Path) -> dict[str, Any]:
             f"No recorded run at {path}: give an ablation record (.json) or a run "
             "directory holding config.json and metrics.jsonl"
         )
-    record: dict[str, Any] = {
+    record = {
         "settings": json.loads(config.read_text()),
         "metrics": json.loads(run_files.load_metrics(path).to_json(orient="records")),
     }

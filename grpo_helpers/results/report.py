@@ -342,7 +342,7 @@ def compare(
         )
     answer = "extracted" if metric == "exact" else "answer_lenient"
     return Comparison(
-        names=tuple(names),
+        names=(names[0], names[1]),
         metric=metric,
         n=n,
         base_acc=float(base_ok.mean()),

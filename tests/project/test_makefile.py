@@ -100,8 +100,9 @@ def _requirement_names(requirements: list[str]) -> set[str]:
 
 def test_the_lock_covers_every_dependency_and_pins_the_tools():
     """constraints.txt (``make lock``) holds one exact version of every package
-    pyproject.toml names, in every extra, and the formatter and the stripper that
-    ``make test`` runs are pinned: a new release cannot fail a clean clone."""
+    pyproject.toml names, in every extra, and the formatter, the stripper and the
+    type checker that ``make test`` runs are pinned: a new release cannot fail a
+    clean clone."""
     import tomllib
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
@@ -115,7 +116,7 @@ def test_the_lock_covers_every_dependency_and_pins_the_tools():
     }
     assert wanted <= pinned, wanted - pinned
     dev = " ".join(project["optional-dependencies"]["dev"])
-    for tool in ("ruff", "nbstripout"):
+    for tool in ("ruff", "nbstripout", "mypy"):
         assert re.search(rf"\b{tool}==\d", dev), tool
 
 
