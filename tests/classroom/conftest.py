@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from functools import cache
 
 import pandas as pd
