@@ -28,6 +28,7 @@ from grpo_helpers.config import (
     EvalConfig,
     GRPOConfig,
     add_arguments,
+    add_renamed,
     from_arguments,
     knobs,
 )
@@ -258,6 +259,10 @@ EVAL_FLAGS = (
 )
 
 
+#: ``grpo eval``'s flags renamed in issue 48, kept as aliases that warn.
+EVAL_RENAMED = {"--limit": "--eval-questions", "--max-tokens": "--eval-max-tokens"}
+
+
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
@@ -275,6 +280,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     # The evaluation's settings, from EvalConfig's fields.
     add_arguments(p, EvalConfig, only=EVAL_FLAGS)
     p.add_argument("--out", default=None, help="records file (.jsonl or .csv)")
+    add_renamed(p, EVAL_RENAMED)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
