@@ -756,7 +756,8 @@ def add_renamed(parser: argparse.ArgumentParser, renamed: dict[str, str]) -> Non
     """Keep each old flag of ``parser`` as an alias of its new one that warns.
 
     The command line is a public interface: a script written for an earlier
-    version still runs, and says what to write instead.
+    version still runs, and says what to write instead; ``--help`` offers only
+    the new names.
 
     Args:
         parser: the command's parser, its new flags already added.
@@ -794,7 +795,7 @@ def add_renamed(parser: argparse.ArgumentParser, renamed: dict[str, str]) -> Non
             choices=target.choices,
             default=argparse.SUPPRESS,
             action=Renamed,
-            help=f"old name of {new}",
+            help=argparse.SUPPRESS,  # accepted, not offered
         )
 
 
