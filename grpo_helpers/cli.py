@@ -225,7 +225,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if version != mapping.TRL_VERSION:
         print(
             f"warning: TRL {version} is installed; the mapping was checked against "
-            f"TRL {mapping.TRL_VERSION} (pip install -e '.[trl]')",
+            f"TRL {mapping.TRL_VERSION} (pip install -e '.[trl]' -c constraints.txt)",
             file=sys.stderr,
         )
     values = {}
