@@ -120,7 +120,7 @@ lab: setup
 	cd $(NOTEBOOKS) && $(if $(FAST),GRPO_FAST=1 )$(abspath $(VENV))/bin/jupyter lab
 
 # Refresh constraints.txt from pyproject.toml, preferring the versions it holds.
-lock:
+lock: setup  # uv comes with the set-up
 	$(VENV)/bin/uv pip compile pyproject.toml --all-extras --universal \
 		--python-version $(PYTHON_MIN) -o $(LOCK)
 

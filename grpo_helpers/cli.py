@@ -29,6 +29,7 @@ from grpo_helpers.config import (
     EvalConfig,
     GRPOConfig,
     add_arguments,
+    add_renamed,
     from_arguments,
     knobs,
 )
@@ -225,7 +226,7 @@ def cmd_export(args: argparse.Namespace) -> int:
     if version != mapping.TRL_VERSION:
         print(
             f"warning: TRL {version} is installed; the mapping was checked against "
-            f"TRL {mapping.TRL_VERSION} (pip install -e '.[trl]')",
+            f"TRL {mapping.TRL_VERSION} (pip install -e '.[trl]' -c constraints.txt)",
             file=sys.stderr,
         )
     values = {}
@@ -259,6 +260,10 @@ EVAL_FLAGS = (
 )
 
 
+#: ``grpo eval``'s flags renamed in issue 48, kept as aliases that warn.
+EVAL_RENAMED = {"--limit": "--eval-questions", "--max-tokens": "--eval-max-tokens"}
+
+
 def _eval_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
         "eval",
@@ -276,6 +281,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     # The evaluation's settings, from EvalConfig's fields.
     add_arguments(p, EvalConfig, only=EVAL_FLAGS)
     p.add_argument("--out", default=None, help="records file (.jsonl or .csv)")
+    add_renamed(p, EVAL_RENAMED)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

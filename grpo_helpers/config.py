@@ -873,6 +873,53 @@ def add_arguments(
         groups[spec.group].add_argument(f"--{f.name.replace('_', '-')}", **options)
 
 
+def add_renamed(parser: argparse.ArgumentParser, renamed: dict[str, str]) -> None:
+    """Keep each old flag of ``parser`` as an alias of its new one that warns.
+
+    The command line is a public interface: a script written for an earlier
+    version still runs, and says what to write instead; ``--help`` offers only
+    the new names.
+
+    Args:
+        parser: the command's parser, its new flags already added.
+        renamed: old flag -> new flag, e.g. ``{"--limit": "--eval-questions"}``.
+
+    Example:
+        >>> p = argparse.ArgumentParser()
+        >>> _ = p.add_argument("--eval-questions", type=int)
+        >>> add_renamed(p, {"--limit": "--eval-questions"})
+        >>> import warnings
+        >>> with warnings.catch_warnings(record=True):
+        ...     p.parse_args(["--limit", "5"]).eval_questions
+        5
+    """
+    by_flag = {o: a for a in parser._actions for o in a.option_strings}
+    for old, new in renamed.items():
+        target = by_flag[new]
+
+        class Renamed(argparse.Action):
+            def __call__(self, parser, namespace, values, option_string=None):
+                import warnings
+
+                warnings.warn(
+                    f"{self.old} was renamed {self.new}: it still works, for now",
+                    FutureWarning,
+                    stacklevel=2,
+                )
+                setattr(namespace, self.dest, values)
+
+        Renamed.old, Renamed.new = old, new
+        parser.add_argument(
+            old,
+            dest=target.dest,
+            type=target.type,
+            choices=target.choices,
+            default=argparse.SUPPRESS,
+            action=Renamed,
+            help=argparse.SUPPRESS,  # accepted, not offered
+        )
+
+
 def from_arguments(args: argparse.Namespace, cls: type = GRPOConfig) -> Any:
     """The config that parsed flags describe (the knobs among ``args``)."""
     names = {f.name for f in knobs(cls)}

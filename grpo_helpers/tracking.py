@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 INSTALL_HINT = (
-    "Install it with `pip install -e '.[swanlab]'` (SwanLab 0.10.3; `make setup` "
-    "does), or leave tracking off (swanlab=False, the default): the run directory's "
-    "metrics.jsonl keeps every metric anyway."
+    "Install it with `pip install -e '.[swanlab]' -c constraints.txt` (SwanLab "
+    "0.10.3; `make setup-all` does), or leave tracking off (swanlab=False, the "
+    "default): the run directory's metrics.jsonl keeps every metric anyway."
 )
 
 

@@ -105,6 +105,8 @@ HOW_TO_FIX = (
     "namespaces (sysctl kernel.unprivileged_userns_clone=1, "
     "user.max_user_namespaces > 0; on Ubuntu 24.04 with the wheel's bwrap, "
     "kernel.apparmor_restrict_unprivileged_userns=0 or the system's bwrap). "
+    "In Docker, whose default seccomp profile blocks user namespaces, start the "
+    "container with --security-opt seccomp=unconfined, or grade on the host. "
     "Or grade on another Linux machine, or in a container or a virtual machine "
     "that holds only the submissions (python -m grpo_helpers grade --no-sandbox "
     "there)."

@@ -45,7 +45,7 @@ from typing import Any
 from grpo_helpers.atomic_write import write_atomically
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.settings import FAST
-from grpo_helpers.trl.export_card import model_card
+from grpo_helpers.trl.export_card import model_card, without_home
 from grpo_helpers.trl.export_checks import (
     LOGPROB_TOLERANCE,
     check_logprobs,
@@ -415,7 +415,7 @@ def export_peft(
             )
         result["check"] = check
         (tmp / "README.md").write_text(
-            model_card(run, folder, kind, base, check, heldout, notes)
+            without_home(model_card(run, folder, kind, base, check, heldout, notes))
         )
         facts = {
             "kind": kind,
@@ -428,7 +428,9 @@ def export_peft(
             "settings": run.config.to_dict(),
             "notes": notes,
         }
-        (tmp / "export.json").write_text(json.dumps(facts, indent=2) + "\n")
+        (tmp / "export.json").write_text(
+            json.dumps(without_home(facts), indent=2) + "\n"
+        )
 
     write_atomically(folder, write)
     return ExportResult(folder, kind, result["check"], heldout, notes)

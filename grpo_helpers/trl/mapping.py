@@ -46,8 +46,8 @@ __all__ = [
 #: The TRL release the mapping was checked against (tests/trl/test_mapping_oracle.py).
 TRL_VERSION = "1.16.0"
 INSTALL_HINT = (
-    "pip install -e '.[trl]' in the grpo-notebooks checkout (TRL 1.16.0; it needs "
-    "Python >= 3.11)"
+    "pip install -e '.[trl]' -c constraints.txt in the grpo-notebooks checkout "
+    "(TRL 1.16.0; it needs Python >= 3.11)"
 )
 
 #: The series' optimiser settings beyond its config (eps, weight decay, clipping):

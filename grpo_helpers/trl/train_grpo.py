@@ -10,7 +10,8 @@ the CPU. The folder's README.md says how to launch it and how each setting maps:
     accelerate launch --config_file accelerate/multi_gpu.yaml train_grpo.py
 
 The data, the prompt and the rewards are the series' own, imported from
-``grpo_helpers`` (installed with ``pip install -e '.[trl]'``): nothing is copied.
+``grpo_helpers`` (installed with ``pip install -e '.[trl]' -c constraints.txt``):
+nothing is copied.
 The package does not import this module; it is the exported script's source.
 
 Introduced in: docs/beyond-the-laptop.md (after notebook 09)

@@ -3,6 +3,9 @@
 * ``edition``: the student edition and its course directory, built once for the
   session (``test_course_edition.py`` reads it, ``test_sandbox.py`` grades a
   submission in it);
+* ``needs_sandbox``: skips a test where no sandbox starts (not Linux, user
+  namespaces blocked as on Ubuntu 24.04 or in Docker), with the reason and the
+  fix; ``GRPO_REQUIRE_SANDBOX=1`` (``.ci/run`` sets it) makes that a failure;
 * ``graded``: nbgrader's one grading run of notebook 03 handed in by eighteen
   students (``tests/helpers/grading_runs.py``), shared by the session's xdist
   workers under a file lock: the first worker that needs it grades, the others
@@ -14,12 +17,37 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
+from functools import cache
 
 import pandas as pd
 import pytest
 
-from grpo_helpers.classroom import course
+from grpo_helpers.classroom import course, sandbox
+
+#: Set to 1 where grading must work (CI): no sandbox is then a failure, not a skip.
+REQUIRE = "GRPO_REQUIRE_SANDBOX"
+
+
+@cache
+def _sandbox_check() -> sandbox.Check:
+    return sandbox.check()
+
+
+def skip_without_sandbox() -> None:
+    """Skip (or, with ``GRPO_REQUIRE_SANDBOX=1``, fail) where no sandbox starts."""
+    found = _sandbox_check()
+    if found.works:
+        return
+    why = f"no sandbox works here: {found.why}. {sandbox.HOW_TO_FIX}"
+    if os.environ.get(REQUIRE) == "1":
+        pytest.fail(f"{REQUIRE}=1 and {why}")
+    pytest.skip(why)
+
+
+@pytest.fixture
+def needs_sandbox():
+    """Skip the test where no sandbox starts (see :func:`skip_without_sandbox`)."""
+    skip_without_sandbox()
 
 
 @pytest.fixture(scope="session")
@@ -38,8 +66,7 @@ def graded(tmp_path_factory):
     from filelock import FileLock
     from grading_runs import Graded, grade_everyone
 
-    if not sys.platform.startswith("linux"):
-        pytest.skip("grade runs each kernel in a sandbox, which is Linux's")
+    skip_without_sandbox()
     base = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         base = base.parent  # one folder for every worker of this session

@@ -199,8 +199,11 @@ def test_cli_eval_takes_its_flags_from_the_eval_config():
     parser = argparse.ArgumentParser()
     cli._eval_parser(parser.add_subparsers())
     (eval_parser,) = parser._subparsers._group_actions[0].choices.values()
+    renamed = set(cli.EVAL_RENAMED)  # old names: aliases of the fields' flags
     flags = {
-        a.dest: a for a in eval_parser._actions if a.option_strings and a.dest != "help"
+        a.dest: a
+        for a in eval_parser._actions
+        if a.option_strings and a.dest != "help" and not renamed & {*a.option_strings}
     }
     eval_fields = {f.name for f in dataclass_fields(EvalConfig)}
     run_fields = {f.name for f in knobs()}

@@ -28,6 +28,7 @@ def import_trl() -> ModuleType:
         pytest.fail(
             f"TRL is not installed ({error}), but on Python "
             f"{sys.version_info.major}.{sys.version_info.minor} the TRL tests must "
-            "run: make setup installs it (pip install -e '.[trl]').",
+            "run: make setup-all installs it "
+            "(pip install -e '.[trl]' -c constraints.txt).",
             pytrace=False,
         )

@@ -147,6 +147,11 @@ def test_the_model_card_gives_settings_held_out_result_and_provenance(
     assert "PeftModel.from_pretrained" in card
     assert facts["base_model"]["file"]["kind"] == "tiny-random"
     assert facts["check"]["max_abs_diff"] == result.check["max_abs_diff"]
+    # no exported file names the training machine's home folder (issue 54)
+    home = str(Path.home())
+    for written in result.folder.rglob("*"):
+        if written.suffix in (".md", ".json", ".txt", ".yaml"):
+            assert home not in written.read_text(), written.name
     # the held-out result is kept in the run and reused by the next export
     heldout = tiny_run / export_checks.HELDOUT_FILE
     assert json.loads(heldout.read_text())["n"] == 2
