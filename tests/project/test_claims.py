@@ -165,8 +165,16 @@ cites(
     "a 10-point difference needs about {seeds for 10 points exact}.",
 )
 
+cites(
+    "docs/results.md",
+    "## When the sampler is not the trainer, judged across seeds",
+    "sampler",
+    "In words: {sampler summary}.",
+)
+
 # ---------------------------------------------------------------- the README
 cites("README.md", "## Results", "ablation", "same seed: {knobs summary}.")
+cites("README.md", "## Results", "sampler", "same seed: {sampler summary}.")
 
 
 cites(
@@ -268,6 +276,19 @@ def test_the_knobs_table_is_generated_from_the_ablation():
 
     text = page_section("docs/results.md", "## The knobs, judged across seeds")
     table = facts.seed_level_table(ablation.knob_results()).splitlines()
+    missing = [line for line in table if line not in text]
+    assert not missing, missing
+
+
+def test_the_sampler_table_is_generated_from_the_ablation():
+    """docs/results.md's table of notebook 11's variants, cell by cell, is what
+    ``facts.seed_level_table`` makes of their records and the baseline's."""
+    from grpo_helpers.results import ablation
+
+    text = page_section(
+        "docs/results.md", "## When the sampler is not the trainer, judged across seeds"
+    )
+    table = facts.seed_level_table(ablation.sampler_results()).splitlines()
     missing = [line for line in table if line not in text]
     assert not missing, missing
 

@@ -91,7 +91,7 @@ def test_the_gradient_norm_ratio_is_each_variants_over_the_baselines():
 
     from grpo_helpers.results import ablation
 
-    recorded = ablation.load_results()
+    recorded = ablation.knob_results()
     printed = facts.ablation_facts()
     norms = pd.concat(
         pd.DataFrame(r["metrics"])[["step", "grad_norm"]].assign(
