@@ -898,21 +898,24 @@ def add_renamed(parser: argparse.ArgumentParser, renamed: dict[str, str]) -> Non
         target = by_flag[new]
 
         class Renamed(argparse.Action):
-            def __call__(self, parser, namespace, values, option_string=None):
+            old_flag: str = old
+            new_flag: str = new
+
+            def __call__(self, parser, namespace, values, option_string=None):  # noqa: ANN001
                 import warnings
 
                 warnings.warn(
-                    f"{self.old} was renamed {self.new}: it still works, for now",
+                    f"{self.old_flag} was renamed {self.new_flag}: it still works, "
+                    "for now",
                     FutureWarning,
                     stacklevel=2,
                 )
                 setattr(namespace, self.dest, values)
 
-        Renamed.old, Renamed.new = old, new
         parser.add_argument(
             old,
             dest=target.dest,
-            type=target.type,
+            type=target.type or str,
             choices=target.choices,
             default=argparse.SUPPRESS,
             action=Renamed,
