@@ -357,8 +357,8 @@ def _convert_gguf(gguf: Path) -> Path:
         # them without looking for the .gguf file.
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        # transformers types hf_quantizer as never None; None is how it is dropped
-        model.hf_quantizer = None  # type: ignore[assignment]
+        # None is how transformers drops the quantizer
+        model.hf_quantizer = None
         model.config.name_or_path = SMOLLM2
         model.save_pretrained(tmp)
         tok.save_pretrained(tmp)
@@ -491,8 +491,7 @@ def _tiny_random_model() -> Any:
         model = LlamaForCausalLM(config)
     gen = torch.Generator().manual_seed(_TINY_SEED)
     with torch.no_grad():
-        # torch types a Module's attribute as Tensor | Module: these are Tensors
-        emb: torch.Tensor = model.get_input_embeddings().weight  # type: ignore[assignment]
+        emb: torch.Tensor = model.get_input_embeddings().weight
         emb.copy_(torch.randn(emb.shape, generator=gen))
         head: torch.Tensor = model.get_output_embeddings().weight
         head.copy_(torch.randn(head.shape, generator=gen) * 0.4)

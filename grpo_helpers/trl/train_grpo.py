@@ -151,8 +151,7 @@ def build_trainer(
     )
     return GRPOTrainer(
         model=model or pretrained_dir(series.model_name),
-        # TRL wants list[float | None] back; list is invariant, so list[float] fails
-        reward_funcs=[series_reward(name) for name in names],  # type: ignore[misc]
+        reward_funcs=[series_reward(name) for name in names],
         args=GRPOConfig(**values),
         train_dataset=train_dataset(series),
         peft_config=lora,
