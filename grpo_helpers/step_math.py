@@ -259,28 +259,14 @@ def with_sampler_logprobs(
         >>> with_sampler_logprobs([d], out)[0].loss_fn_inputs["logprobs"].tolist()
         [0.0, -0.5, -0.75]
     """
-    out = []
-    for datum, result in zip(datums, scored.loss_fn_outputs, strict=True):
-        inputs = datum.loss_fn_inputs
-        adv = np.asarray(inputs["advantages"].tolist(), dtype=np.float32)
-        targets = np.asarray(inputs["target_tokens"].tolist(), dtype=np.int64)
-        # A completion token is where the Datum had a sampler logprob or an
-        # advantage; the prompt's positions hold 0 in both.
-        old = np.asarray(inputs["logprobs"].tolist(), dtype=np.float32)
-        active = (old != 0) | (adv != 0)
-        new = np.asarray(result["logprobs"].tolist(), dtype=np.float32)
-        logprobs = np.where(active, new, 0.0).astype(np.float32)
-        out.append(
-            trio.Datum(
-                model_input=datum.model_input,
-                loss_fn_inputs={
-                    "target_tokens": targets,
-                    "logprobs": logprobs,
-                    "advantages": adv,
-                },
-            )
+    return [
+        _datum(
+            datum,
+            np.where(completion_positions(datum), _values(result["logprobs"]), 0.0),
+            _values(datum.loss_fn_inputs["advantages"]),
         )
-    return out
+        for datum, result in zip(datums, scored.loss_fn_outputs, strict=True)
+    ]
 
 
 def completion_positions(datum: trio.Datum) -> np.ndarray:

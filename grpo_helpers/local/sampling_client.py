@@ -30,6 +30,7 @@ from pytrio.errors.base import ValidationError
 from pytrio.types import APIFuture, ModelInput, SampleResponse, SamplingParams
 
 from grpo_helpers.local.adapters import AdapterSnapshot
+from grpo_helpers.local.decoder import SAMPLER_PRECISIONS
 from grpo_helpers.local.host import ModelHost
 from grpo_helpers.local.sampling import LOGPROBS_OF, GenerationRequest
 
@@ -62,6 +63,11 @@ class LocalSamplingClient:
             raise ValueError(
                 f"logprobs_of must be one of {', '.join(LOGPROBS_OF)}, got "
                 f"{logprobs_of!r}"
+            )
+        if precision not in SAMPLER_PRECISIONS:
+            raise ValueError(
+                f"precision must be one of {', '.join(SAMPLER_PRECISIONS)}, got "
+                f"{precision!r}"
             )
         self._host = host
         self.logprobs_of = logprobs_of
