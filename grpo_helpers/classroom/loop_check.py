@@ -2,27 +2,50 @@
 
 Notebook 10 asks the learner to write ``train_loop(service, run_config, train_rows)``,
 the sync loop of the demo scripts, from PyTRIO's client API and the pieces written
-in notebooks 02-05. :func:`train_loop_check` runs it and ``train_sync`` on the same
-small run (:func:`check_config`: the tiny random model, three steps), each through a
-recording service that passes every call on to the local engine and logs what the
-engine received:
+in notebooks 02-05. :func:`train_loop_check` runs it on the check's small run
+(:func:`check_config`: the tiny random model, three steps) twice, as written and
+with ``mask_truncated=True`` (exercise 3), each time beside ``train_sync`` on the
+same run, through a recording service that passes every call on to the local
+engine and logs what the engine received.
 
-* every ``SamplingClient`` the loop made, and whether a later ``sample`` used one
-  saved before the latest update (a stale policy);
-* the Datums of each ``forward_backward`` (their loss), each ``optim_step`` (its
-  ``AdamParams``) and the adapter's weights after it.
+Both loops start from the same LoRA initialisation (the run's seed), so from the
+same prompts, seeds and weights they sample the same completions. The check
+compares them step by step, **by layer, in the order the data flows**, and the
+first layer that differs is the hint (never a wanted value):
 
-Both runs start from the same LoRA initialisation (the run's seed), take the same
-questions (``data.batch_indices``) and the same sampling seeds
-(``step_math.derive_seed(seed, step, i)``), so on the same weights they sample the
-same completions: from there every Datum and every weight must agree. The hint
-names the first step and the first thing that differs, never a wanted value. The
-loop's metrics (one dict per step) are compared with ``train_sync``'s
-``metrics.jsonl`` on the four the exercise asks for.
+1. the samples: for each ``sample`` call, keyed by its prompt tokens (so the order
+   in which a loop visits the prompts does not matter), its parameters (the seed is
+   the prompt's own ``derive_seed(seed, step, i)``, ``i`` its place in the run's
+   batch), the sampler's weights (a sampler saved before the last update is a
+   stale policy) and the completions returned;
+2. the rewards: the step's ``reward_mean``, and within each group sent, whether
+   its advantages follow the run's rewards (equal rewards, equal advantages; a
+   better completion, a larger one): otherwise the reward is not the run's;
+3. the advantages: each group's against ``train_sync``'s (a factor: the wrong
+   ``advantage_scale``; a minus: the wrong sign);
+4. the Datums of the step, as a multiset (their order does not change the summed
+   loss): which completions are sent (degenerate groups, ``mask_truncated``),
+   their tokens, logprobs and advantages;
+5. the updates: the loss, one ``optim_step`` per step with ``AdamParams``, the
+   weights after it. Several ``forward_backward`` calls before one ``optim_step``
+   are one update: the loss is a sum, so the gradients add up to one call's.
 
-``tests/classroom/test_self_checks.py`` holds the wrong loops that must fail: a sampler
-made once, a degenerate group sent, std-scaled advantages, no ``optim_step``, one
-``optim_step`` per group, the batch's prompts in another order.
+How the loop waits does not matter: every ``sample`` call runs to its end when it
+is submitted, so sampling every prompt before the first ``.result()`` gets the same
+completions as one at a time (the engine batches requests in flight together, and
+batched decoding can flip a token: notebook 06). Samplers from
+``save_weights_and_get_sampling_client()`` and from ``save_weights_for_sampler``
+then ``create_sampling_client(model_path=...)`` are recorded alike. Last, the
+loop's metrics (one dict per step) are compared with ``train_sync``'s on
+:data:`METRIC_KEYS`.
+
+The module is longer than most (about 820 lines) and stays whole on purpose: the
+recorder, ``train_sync``'s groups and the layered comparison are one protocol
+(what the recorder logs is what each layer reads), and each changes with the others.
+
+``tests/classroom/test_loop_check.py`` holds the right loops that pass and the
+wrong loops that fail (``tests/helpers/wrong_loops.py``), each with its own hint,
+here and in the hidden grader (``notebooks/solutions/10_grpo_whole.py``).
 
 Introduced in: 10_grpo_whole.ipynb
 """
@@ -31,6 +54,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cache
@@ -42,7 +66,8 @@ import numpy as np
 from grpo_helpers.classroom.self_checks import STUB_HINT, run_check
 from grpo_helpers.config import GRPOConfig
 
-__all__ = ["CHECK_RUN", "METRIC_KEYS", "check_config", "train_loop_check"]
+__all__ = ["CHECK_CASES", "CHECK_RUN", "METRIC_KEYS", "check_config", "retrace"]
+__all__ += ["train_loop_check"]
 
 #: The run both loops train in the check: the tiny random model, three steps of two
 #: prompts x four completions, mean-only advantages, a large learning rate (an
@@ -65,16 +90,24 @@ CHECK_RUN: dict[str, Any] = {
     "seed": 3,
     "save_every": 0,
 }
+#: The cases the check runs: the run as it is, and with ``mask_truncated`` on
+#: (exercise 3; the tiny model never stops before ``max_tokens``, so every
+#: completion is cut off: none is sent, every reward still counts).
+CHECK_CASES: tuple[dict[str, Any], ...] = ({}, {"mask_truncated": True})
 #: What each step's metrics dict must hold, compared with ``train_sync``'s.
 METRIC_KEYS = ("reward_mean", "accuracy", "frac_degenerate", "datums")
 #: Weights after an update agree to float32's reach of the same sums.
 WEIGHT_TOLERANCE = 1e-4
+#: The sampling parameters compared, beside the seed.
+PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "stop")
 
 
-def check_config(run_dir: str | Path) -> GRPOConfig:
-    """The check's run (:data:`CHECK_RUN`), with its run directory."""
+def check_config(run_dir: str | Path, **changes: Any) -> GRPOConfig:
+    """The check's run (:data:`CHECK_RUN`, with ``changes``), with its run directory."""
     return GRPOConfig(
-        **CHECK_RUN, run_dir=str(run_dir), weights_name="loop-check-reference"
+        **(CHECK_RUN | changes),
+        run_dir=str(run_dir),
+        weights_name="loop-check-reference",
     )
 
 
@@ -92,13 +125,28 @@ def _service() -> Any:
 
 
 @dataclass
+class _Sample:
+    """One ``sample`` call: what was asked, of which weights, and what came back."""
+
+    prompt: tuple[int, ...]
+    num_samples: Any
+    params: dict[str, Any]
+    version: int  # updates before the sampler's weights were saved
+    updates: int  # updates before this call
+    made_at: int  # sample calls before the sampler was made
+    completions: list[tuple[int, ...]]
+    texts: list[str]
+    truncated: list[bool]
+
+
+@dataclass
 class _Update:
     """One ``optim_step``: the Datums sent since the last one, and the weights after."""
 
     datums: list[Any]
     weights: dict[str, Any]
     adam: Any
-    loss_fns: set[str]
+    samples: int  # sample calls before it
 
 
 @dataclass
@@ -106,21 +154,18 @@ class _Log:
     """Everything one loop sent to the engine."""
 
     clients: int = 0
-    client_kwargs: dict[str, Any] = field(default_factory=dict)
     start_weights: dict[str, Any] = field(default_factory=dict)
-    samplers: int = 0
-    # (updates at the sample, whether its sampler was made in that step, the
-    # learner's step) of each sample from a sampler older than the last update
-    stale: list[tuple[int, bool, int]] = field(default_factory=list)
-    seeds: list[Any] = field(default_factory=list)  # each sample's seed, in order
+    tokenizer: Any = None
+    samples: list[_Sample] = field(default_factory=list)
+    sent: list[tuple[int, Any]] = field(default_factory=list)  # (samples, Datum)
+    loss_fns: set[str] = field(default_factory=set)
     pending: list[Any] = field(default_factory=list)
-    pending_loss_fns: set[str] = field(default_factory=set)
     updates: list[_Update] = field(default_factory=list)
-    steps_of_updates: list[int] = field(default_factory=list)
+    saved: dict[str, int] = field(default_factory=dict)  # sampler path -> version
 
 
 class _Done:
-    """A future that is already done (the recorder waited to read the weights)."""
+    """A future that is already done (the recorder waited on the engine)."""
 
     def __init__(self, value: Any) -> None:
         self._value = value
@@ -131,6 +176,9 @@ class _Done:
     def done(self) -> bool:
         return True
 
+    def __getattr__(self, name: str) -> Any:  # e.g. a SaveWeights response's path
+        return getattr(self._value, name)
+
 
 #: What the check says to a loop written with the engine's async calls.
 SYNC_ONLY = (
@@ -140,23 +188,36 @@ SYNC_ONLY = (
 )
 
 
+def _bound(args: tuple, kwargs: dict, names: tuple[str, ...]) -> dict[str, Any]:
+    """``kwargs`` with the positional ``args`` named by ``names``."""
+    return dict(zip(names, args, strict=False)) | kwargs
+
+
 class _Sampler:
-    def __init__(self, inner: Any, log: _Log) -> None:
-        self._inner, self._log = inner, log
-        self._made_after = len(log.updates)
-        self._made_at = len(log.seeds)  # sample requests made before this sampler
-        log.samplers += 1
+    def __init__(self, inner: Any, log: _Log, version: int) -> None:
+        self._inner, self._log, self._version = inner, log, version
+        self._made_at = len(log.samples)
 
     def sample(self, *args: Any, **kwargs: Any) -> Any:
-        log = self._log
-        if self._made_after < len(log.updates):
-            # made in the step it samples for: the weights changed within a step
-            batch = CHECK_RUN["batch_size"]
-            step = len(log.seeds) // batch
-            log.stale.append((len(log.updates), self._made_at // batch == step, step))
-        params = kwargs.get("sampling_params", args[2] if len(args) > 2 else None)
-        log.seeds.append(getattr(params, "seed", None))
-        return self._inner.sample(*args, **kwargs)
+        call = _bound(args, kwargs, ("prompt", "num_samples", "sampling_params"))
+        # run to the end now: what the loop waits on, and when, changes nothing
+        response = self._inner.sample(*args, **kwargs).result()
+        prompt, params = call.get("prompt"), call.get("sampling_params")
+        sequences = list(getattr(response, "sequences", []))
+        self._log.samples.append(
+            _Sample(
+                prompt=tuple(prompt.to_ints()) if hasattr(prompt, "to_ints") else (),
+                num_samples=call.get("num_samples", 1),
+                params={k: getattr(params, k, None) for k in ("seed", *PARAMS)},
+                version=self._version,
+                updates=len(self._log.updates),
+                made_at=self._made_at,
+                completions=[tuple(s.tokens) for s in sequences],
+                texts=[s.text or "" for s in sequences],
+                truncated=[s.stop_reason == "length" for s in sequences],
+            )
+        )
+        return _Done(response)
 
     async def sample_async(self, *args: Any, **kwargs: Any) -> Any:
         raise RuntimeError(SYNC_ONLY)
@@ -165,52 +226,50 @@ class _Sampler:
         return getattr(self._inner, name)
 
 
+def _weights(client: Any) -> dict[str, Any]:
+    host, adapter = client._host, client._adapter
+    return {k: p.detach().clone() for k, p in host.parameters(adapter).items()}
+
+
 class _Trainer:
     def __init__(self, inner: Any, log: _Log) -> None:
         self._inner, self._log = inner, log
 
-    def forward_backward(
-        self,
-        data: list[Any],
-        loss_fn: str = "cross_entropy",
-        loss_fn_config: Any = None,
-        **kwargs: Any,
-    ) -> Any:
-        self._log.pending.extend(data)
-        self._log.pending_loss_fns.add(str(loss_fn))
-        return self._inner.forward_backward(data, loss_fn, loss_fn_config, **kwargs)
-
-    def optim_step(self, adam_params: Any) -> Any:
-        result = self._inner.optim_step(adam_params).result()
-        host, adapter = self._inner._host, self._inner._adapter
-        weights = {k: p.detach().clone() for k, p in host.parameters(adapter).items()}
+    def forward_backward(self, *args: Any, **kwargs: Any) -> Any:
+        call = _bound(args, kwargs, ("data", "loss_fn", "loss_fn_config"))
+        data = list(call.get("data", []))
         log = self._log
+        log.sent += [(len(log.samples), d) for d in data]
+        log.pending += data
+        log.loss_fns.add(str(call.get("loss_fn", "cross_entropy")))
+        return self._inner.forward_backward(*args, **kwargs)
+
+    def optim_step(self, *args: Any, **kwargs: Any) -> Any:
+        result = self._inner.optim_step(*args, **kwargs).result()
+        log = self._log
+        adam = _bound(args, kwargs, ("adam_params",)).get("adam_params")
         log.updates.append(
-            _Update(log.pending, weights, adam_params, log.pending_loss_fns)
+            _Update(log.pending, _weights(self._inner), adam, len(log.samples))
         )
-        log.steps_of_updates.append(log.samplers - 1)
-        log.pending, log.pending_loss_fns = [], set()
+        log.pending = []
         return _Done(result)
-
-    async def forward_backward_async(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(SYNC_ONLY)
-
-    async def optim_step_async(self, *args: Any, **kwargs: Any) -> Any:
-        raise RuntimeError(SYNC_ONLY)
-
-    async def save_weights_and_get_sampling_client_async(
-        self, *args: Any, **kwargs: Any
-    ) -> Any:
-        raise RuntimeError(SYNC_ONLY)
 
     def save_weights_and_get_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
         inner = self._inner.save_weights_and_get_sampling_client(*args, **kwargs)
-        return _Sampler(inner, self._log)
+        return _Sampler(inner, self._log, len(self._log.updates))
 
-    def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
-        return _Sampler(self._inner.create_sampling_client(*args, **kwargs), self._log)
+    def save_weights_for_sampler(self, *args: Any, **kwargs: Any) -> Any:
+        response = self._inner.save_weights_for_sampler(*args, **kwargs).result()
+        self._log.saved[response.path] = len(self._log.updates)
+        return _Done(response)
+
+    def create_sampling_client(self, model_path: str) -> Any:
+        inner = self._inner.create_sampling_client(model_path)
+        return _Sampler(inner, self._log, self._log.saved.get(model_path, -1))
 
     def __getattr__(self, name: str) -> Any:
+        if name.endswith("_async"):  # forward_backward_async, optim_step_async...
+            raise RuntimeError(SYNC_ONLY)
         return getattr(self._inner, name)
 
 
@@ -223,19 +282,46 @@ class _Service:
         log.clients += 1
         inner = self._inner.create_lora_training_client(*args, **kwargs)
         if log.clients == 1:
-            host, adapter = inner._host, inner._adapter
-            log.start_weights = {
-                k: p.detach().clone() for k, p in host.parameters(adapter).items()
-            }
+            log.start_weights = _weights(inner)
+            log.tokenizer = inner.get_tokenizer()
         return _Trainer(inner, log)
 
+    def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
+        path = _bound(args, kwargs, ("base_model", "model_path")).get("model_path")
+        inner = self._inner.create_sampling_client(*args, **kwargs)
+        version = self._log.saved.get(path, -1) if path is not None else -1
+        return _Sampler(inner, self._log, version)
+
     def __getattr__(self, name: str) -> Any:
+        if name.endswith("_async"):
+            raise RuntimeError(SYNC_ONLY)
         return getattr(self._inner, name)
 
 
 # ----------------------------------------------------------------------------------
-# Where the two loops part
+# What train_sync did, group by group
 # ----------------------------------------------------------------------------------
+
+
+@dataclass
+class _Group:
+    """One prompt's group in ``train_sync``'s run: the run's rewards and advantages."""
+
+    place: int  # the prompt's place in the step's batch (data.batch_indices)
+    sample: _Sample
+    rewards: list[float]
+    advantages: list[float]
+    degenerate: bool
+
+
+@dataclass
+class _Reference:
+    """``train_sync``'s run of one case: what it sent, and its groups per step."""
+
+    config: GRPOConfig
+    log: _Log
+    metrics: list[dict[str, Any]]
+    groups: list[list[_Group]]
 
 
 def _values(datum: Any, key: str) -> np.ndarray:
@@ -243,45 +329,269 @@ def _values(datum: Any, key: str) -> np.ndarray:
 
 
 def _datum_key(datum: Any) -> tuple:
-    return (
-        tuple(datum.model_input.to_ints()),
-        tuple(np.round(_values(datum, "advantages"), 6)),
-        tuple(np.round(_values(datum, "logprobs"), 5)),
+    """What a Datum sends, rounded: equal keys, equal contributions to the loss."""
+    inputs = datum.loss_fn_inputs
+    return (tuple(datum.model_input.to_ints()),) + tuple(
+        (k, tuple(np.round(_values(datum, k), 6))) for k in sorted(inputs)
     )
 
 
-def _datum_hint(got: Any, want: Any) -> str:
-    """ "" or what differs between one Datum of each loop."""
-    try:
-        tokens = got.model_input.to_ints()
-        targets = got.loss_fn_inputs["target_tokens"].tolist()
-        logprobs, adv = _values(got, "logprobs"), _values(got, "advantages")
-    except (AttributeError, KeyError, TypeError):
-        return "a Datum is not a pytrio.Datum with target_tokens, logprobs, advantages"
-    if tokens != want.model_input.to_ints() or list(targets) != list(
-        want.loss_fn_inputs["target_tokens"].tolist()
-    ):
+def _step_of(samples_before: int) -> int:
+    """The step a Datum or an update belongs to: that of the last sample before it."""
+    return max(samples_before - 1, 0) // CHECK_RUN["batch_size"]
+
+
+@cache
+def _reference(case: tuple[tuple[str, Any], ...]) -> _Reference:
+    """``train_sync`` on one case, through the recorder (once per process)."""
+    from grpo_helpers import advantages, data, prompts, rewards, training
+
+    with tempfile.TemporaryDirectory(prefix="loop-check-") as folder:
+        config = check_config(Path(folder) / "reference", **dict(case))
+        log = _Log()
+        result = training.train_sync(config, _Service(_service(), log), progress=False)
+    metrics = result.metrics.to_dict("records")
+    rows = data.load_split(config, "train")
+    reward_fn = rewards.get_reward_fn(config.reward)
+    batch, groups = config.batch_size, []
+    for step in range(config.steps):
+        indices = data.batch_indices(len(rows), step, batch, all_data=False)
+        golds = {
+            tuple(prompts.build_prompt(log.tokenizer, rows[i]["question"])): (
+                place,
+                data.extract_gsm8k_answer(rows[i]["answer"]),
+            )
+            for place, i in enumerate(indices)
+        }
+        step_groups = []
+        for sample in log.samples[step * batch : (step + 1) * batch]:
+            place, gold = golds[sample.prompt]
+            got = [float(reward_fn(text, gold)) for text in sample.texts]
+            adv = advantages.group_advantages(got, config.advantage_scale)
+            step_groups.append(
+                _Group(place, sample, got, list(adv), advantages.is_degenerate(got))
+            )
+        groups.append(step_groups)
+    return _Reference(config, log, metrics, groups)
+
+
+# ----------------------------------------------------------------------------------
+# Where the two loops part, layer by layer
+# ----------------------------------------------------------------------------------
+
+
+def _samples_hint(step: int, got: list[_Sample], ref: _Reference) -> str:
+    """Layer 1: ``""`` or what differs in the step's ``sample`` calls."""
+    batch = ref.config.batch_size
+    if len(got) < batch:
         return (
-            "a Datum's tokens differ from train_sync's: the same questions "
-            "(data.batch_indices), sampling seeds (step_math.derive_seed(seed, "
-            "step, i)) and sampling params (rollout.make_sampling_params with the "
-            "run's max_tokens, temperature and top_p)? and prompt + completion[:-1] "
-            "aligned with its targets (notebook 04)?"
+            f"your loop sampled {len(got)} prompts where train_sync samples {batch}: "
+            "one sample call per prompt of the step's batch, with "
+            "num_samples=run_config.group_size"
         )
-    if logprobs.shape != _values(want, "logprobs").shape or not np.allclose(
-        logprobs, _values(want, "logprobs"), atol=1e-6
-    ):
-        return "a Datum's logprobs are not the sampler's, at the right positions"
-    wanted = _values(want, "advantages")
-    if adv.shape == wanted.shape and np.allclose(adv, wanted, atol=1e-6):
-        return ""
-    if adv.shape == wanted.shape and np.allclose(adv, -wanted, atol=1e-6):
-        return "the advantages have the wrong sign"
-    return (
-        "the advantages differ from train_sync's: this run's advantage_scale is "
-        f"{CHECK_RUN['advantage_scale']!r}, reward minus the group's mean "
-        "(group_advantages(rewards, run_config.advantage_scale))"
+    for sample in got:
+        if sample.version < sample.updates:
+            if sample.made_at // batch == step:  # the step's own sampler
+                return (
+                    "your loop updated the weights in the middle of the step, then "
+                    "sampled again: one optim_step per step, after all of its groups"
+                )
+            return (
+                "your loop sampled from a SamplingClient saved before the latest "
+                "update (a stale policy): save one from the current weights at the "
+                "start of every step"
+            )
+    by_prompt = {s.prompt: s for s in got}
+    if len(by_prompt) < len(got):
+        return "your loop sampled the same prompt twice in one step"
+    for group in ref.groups[step]:
+        want, i = group.sample, group.place
+        mine = by_prompt.get(want.prompt)
+        if mine is None:
+            return (
+                "your loop sampled a prompt train_sync does not sample in this step: "
+                "the step's rows are data.batch_indices(len(train_rows), step, "
+                "run_config.batch_size, all_data=False), each prompt "
+                'prompts.build_prompt(tokenizer, row["question"])'
+            )
+        if mine.num_samples != want.num_samples:
+            return f"prompt {i} was sampled with num_samples != run_config.group_size"
+        if mine.params["seed"] != want.params["seed"]:
+            return (
+                f"prompt {i}'s sampling seed is not its own: "
+                "step_math.derive_seed(run_config.seed, step, i), i the prompt's "
+                "place in data.batch_indices' order (whatever order you visit them)"
+            )
+        differ = [k for k in PARAMS if mine.params[k] != want.params[k]]
+        if differ:
+            return (
+                f"prompt {i}'s sampling params differ in {', '.join(differ)}: "
+                "rollout.make_sampling_params(tokenizer, run_config.max_tokens, "
+                "run_config.temperature, run_config.top_p, seed=...)"
+            )
+        if mine.completions != want.completions or mine.version < 0:
+            return (
+                f"prompt {i}'s completions differ from train_sync's with the same "
+                "prompt and params: sample from a sampler saved from the current "
+                "weights"
+            )
+    return ""
+
+
+def _advantage(datum: Any, prompt_length: int) -> float | None:
+    """The one advantage a Datum gives its completion's tokens (None: several)."""
+    values = _values(datum, "advantages")[prompt_length - 1 :]
+    if len(values) and np.allclose(values, values[0], atol=1e-9):
+        return float(values[0])
+    return None
+
+
+def _sent_by_group(
+    step: int, sent: list[Any], ref: _Reference
+) -> tuple[dict[int, list[tuple[int, Any]]], str]:
+    """Each Datum of the step matched to its completion: ``{group: [(j, Datum)]}``,
+    or a hint when a Datum is not ``prompt + completion[:-1]`` of one."""
+    where: dict[tuple[int, ...], list[tuple[int, int]]] = {}
+    for g, group in enumerate(ref.groups[step]):
+        prompt = group.sample.prompt
+        for j, completion in enumerate(group.sample.completions):
+            where.setdefault(prompt + completion[:-1], []).append((g, j))
+    matched: dict[int, list[tuple[int, Any]]] = {}
+    for datum in sent:
+        try:
+            tokens = tuple(datum.model_input.to_ints())
+            _values(datum, "advantages"), _values(datum, "logprobs")
+            targets = tuple(datum.loss_fn_inputs["target_tokens"].tolist())
+        except (AttributeError, KeyError, TypeError):
+            return {}, (
+                "a Datum is not a pytrio.Datum with target_tokens, logprobs, advantages"
+            )
+        places = where.get(tokens, [])
+        g, j = places[0] if places else (None, None)
+        if g is not None:
+            group = ref.groups[step][g]
+            want = group.sample.completions[j]  # the prompt's targets are unused
+        if g is None or targets[len(group.sample.prompt) - 1 :] != want:
+            return {}, (
+                "a Datum is not prompt + completion[:-1] of a completion sampled in "
+                "this step, with the targets shifted by one (notebook 04)"
+            )
+        matched.setdefault(g, []).append((j, datum))
+    return matched, ""
+
+
+def _groups_hint(step: int, sent: list[Any], ref: _Reference, rows: Any) -> str:
+    """Layers 2-4: ``""`` or what differs in the rewards, advantages and Datums."""
+    if rows is not None:
+        mine, want = rows[step].get("reward_mean"), ref.metrics[step]["reward_mean"]
+        if not _close(mine, want):
+            return (
+                "reward_mean is not the mean of the run's rewards over the step's "
+                f"completions, sent or not: the run's reward is {ref.config.reward!r}"
+                ", rewards.get_reward_fn(run_config.reward)(text, gold)"
+            )
+    matched, hint = _sent_by_group(step, sent, ref)
+    if hint:
+        return hint
+    wrong_reward = (
+        "the advantages of prompt {i}'s group do not follow the run's rewards "
+        "(equal rewards give equal advantages, a better completion a larger one): "
+        f"the reward is rewards.get_reward_fn(run_config.reward), here "
+        f"{ref.config.reward!r}"
     )
+    scales = {}
+    for g, pairs in matched.items():
+        group = ref.groups[step][g]
+        prompt_length = len(group.sample.prompt)
+        got = [_advantage(d, prompt_length) for _, d in pairs]
+        if any(a is None for a in got):
+            return (
+                f"a Datum of prompt {group.place}'s group gives its completion's "
+                "tokens different advantages: one advantage per completion, 0 over "
+                "the prompt (datum.build_grpo_datum)"
+            )
+        want = np.array([group.advantages[j] for j, _ in pairs])
+        got = np.array(got)
+        if group.degenerate:
+            if np.any(np.abs(got) > 1e-9):
+                return wrong_reward.format(i=group.place)
+            continue
+        norm = float(want @ want)
+        scale = float(got @ want) / norm if norm > 0 else 1.0
+        if not np.allclose(got, scale * want, atol=1e-6):
+            return wrong_reward.format(i=group.place)
+        scales[group.place] = scale
+    for place, scale in sorted(scales.items()):
+        if scale < 0:
+            return f"the advantages of prompt {place}'s group have the wrong sign"
+        if not math.isclose(scale, 1.0, rel_tol=1e-5):
+            return (
+                f"the advantages of prompt {place}'s group differ from train_sync's "
+                f"by a factor: this run's advantage_scale is "
+                f"{ref.config.advantage_scale!r} "
+                "(advantages.group_advantages(rewards, run_config.advantage_scale))"
+            )
+    return _datums_hint(step, matched, ref)
+
+
+def _datums_hint(step: int, matched: dict, ref: _Reference) -> str:
+    """Layer 4: ``""`` or which completions are sent, and what each Datum holds."""
+    masked = ref.config.mask_truncated
+    for g, group in enumerate(ref.groups[step]):
+        mine = Counter(j for j, _ in matched.get(g, []))
+        want = Counter(
+            j
+            for j in range(len(group.sample.completions))
+            if not group.degenerate and not (masked and group.sample.truncated[j])
+        )
+        if mine == want:
+            continue
+        i = group.place
+        if group.degenerate:
+            return (
+                f"prompt {i}'s group is degenerate (every reward equal, so every "
+                "advantage 0) and was sent; skip it"
+            )
+        extra, missing = mine - want, want - mine
+        cut = group.sample.truncated
+        if masked and any(cut[j] for j in extra):
+            return (
+                f"a completion of prompt {i}'s group cut off at max_tokens "
+                "(stop_reason 'length') is sent: run_config.mask_truncated leaves it "
+                "out of the Datums, its reward still in the group's mean"
+            )
+        if not masked and any(cut[j] for j in missing) and any(mine.values()):
+            return (
+                f"a completion of prompt {i}'s group cut off at max_tokens is left "
+                "out: run_config.mask_truncated is False in this run"
+            )
+        if not mine:
+            return (
+                f"prompt {i}'s group sends no Datums where train_sync sends "
+                f"{sum(want.values())}: its rewards are not all equal"
+            )
+        return (
+            f"prompt {i}'s group sends {sum(mine.values())} Datums where train_sync "
+            f"sends {sum(want.values())}: one per completion"
+        )
+    reference = {}
+    for at, datum in ref.log.sent:
+        if _step_of(at) == step:
+            reference[tuple(datum.model_input.to_ints())] = datum
+    for pairs in matched.values():
+        for _, datum in pairs:
+            want = reference[tuple(datum.model_input.to_ints())]
+            got, wanted = _values(datum, "logprobs"), _values(want, "logprobs")
+            if got.shape != wanted.shape or not np.allclose(got, wanted, atol=1e-6):
+                return (
+                    "a Datum's logprobs are not the sampler's, at the right positions"
+                )
+            if _datum_key(datum) != _datum_key(want):
+                return (
+                    "a Datum differs from train_sync's in its advantages or inputs: "
+                    "datum.build_grpo_datum(prompt_tokens, sample)"
+                )
+    return ""
 
 
 def _rel_err(x: Any, y: Any) -> float:
@@ -291,54 +601,55 @@ def _rel_err(x: Any, y: Any) -> float:
     return gap / scale if scale > 0 else gap
 
 
-def _update_hint(step: int, got: _Update, want: _Update) -> str:
-    """ "" or the first thing that differs in one update."""
-    if got.loss_fns != want.loss_fns:
+def _updates_hint(step: int, got: list[_Update], ref: _Reference, log: _Log) -> str:
+    """Layer 5: ``""`` or what differs in the step's updates."""
+    want = [u for u in ref.log.updates if _step_of(u.samples) == step]
+    if len(got) > len(want):
+        if not want:
+            return "train_sync makes no update in this step; your loop did"
         return (
-            f"step {step}: forward_backward got loss_fn "
-            f"{', '.join(sorted(got.loss_fns)) or 'none'}: the run's loss_fn is "
-            "importance_sampling"
+            f"{len(got)} optim_step calls where train_sync makes one: one optim_step "
+            "per step, after every group of the step"
         )
-    n, m = len(got.datums), len(want.datums)
-    if n > m:
-        extra = [
-            d for d in got.datums if _datum_key(d) not in map(_datum_key, want.datums)
-        ]
-        if extra and all(not _values(d, "advantages").any() for d in extra):
+    if len(got) < len(want):
+        sent = any(_step_of(at) == step for at, _ in log.sent)
+        if sent:
             return (
-                f"step {step}: {n} Datums where train_sync sends {m}: a degenerate "
-                "group (every reward equal, so every advantage 0) was sent; skip it"
+                "forward_backward was not followed by optim_step: the gradients pile "
+                "up and the weights never change"
             )
-        return f"step {step}: {n} Datums where train_sync sends {m}"
-    if n < m:
-        if [_datum_key(d) for d in got.datums] == [
-            _datum_key(d) for d in want.datums[:n]
-        ]:
-            return (
-                f"step {step}: your loop called optim_step after {n} of the step's "
-                f"{m} Datums: one optim_step per step, after every group of the step"
-            )
-        return f"step {step}: {n} Datums where train_sync sends {m}"
-    hints = [_datum_hint(g, w) for g, w in zip(got.datums, want.datums, strict=True)]
-    hint = next((h for h in hints if h), "")
-    if hint:
-        if sorted(map(_datum_key, got.datums)) == sorted(map(_datum_key, want.datums)):
-            return (
-                f"step {step}: the Datums are train_sync's, in another order: take "
-                "the step's prompts in the run's order (data.batch_indices) and each "
-                "group's completions as sampled"
-            )
-        return f"step {step}: {hint}"
-    if got.adam != want.adam:
-        return f"step {step}: optim_step did not get run_config.adam_params"
-    worst = max(_rel_err(got.weights[k], want.weights[k]) for k in want.weights)
-    if not worst <= WEIGHT_TOLERANCE:
-        return (
-            f"step {step}: the same Datums, but the weights after optim_step "
-            "differ from train_sync's: one forward_backward pass over them, then "
-            "optim_step(run_config.adam_params)?"
+        return "train_sync updates the weights here; your loop did not"
+    for mine, theirs in zip(got, want, strict=True):
+        if Counter(map(_datum_key, mine.datums)) != Counter(
+            map(_datum_key, theirs.datums)
+        ):
+            return "optim_step came after other Datums than train_sync's update"
+        if mine.adam != theirs.adam:
+            return "optim_step did not get run_config.adam_params"
+        worst = max(
+            _rel_err(mine.weights[k], theirs.weights[k]) for k in theirs.weights
         )
+        if not worst <= WEIGHT_TOLERANCE:
+            return (
+                "the same Datums, but the weights after optim_step differ from "
+                "train_sync's: forward_backward over them, then "
+                "optim_step(run_config.adam_params)?"
+            )
     return ""
+
+
+def _close(value: Any, want: Any) -> bool:
+    try:
+        return math.isclose(float(value), float(want), rel_tol=1e-6, abs_tol=1e-9)
+    except (TypeError, ValueError):
+        return False
+
+
+def _rows(history: Any, steps: int) -> list[dict] | None:
+    """The loop's metrics, when they are one dict per step; else None."""
+    if not isinstance(history, (list, tuple)) or len(history) != steps:
+        return None
+    return list(history) if all(isinstance(r, dict) for r in history) else None
 
 
 def _metrics_hint(history: Any, reference: Any, steps: int) -> str:
@@ -357,10 +668,10 @@ def _metrics_hint(history: Any, reference: Any, steps: int) -> str:
             return f"step {step}: the metrics dict lacks {', '.join(missing)}"
         for key in METRIC_KEYS:
             try:
-                value = float(row[key])
+                float(row[key])
             except (TypeError, ValueError):
                 return f"step {step}: {key} is not a number"
-            if not math.isclose(value, float(want[key]), rel_tol=1e-6, abs_tol=1e-9):
+            if not _close(row[key], want[key]):
                 return f"step {step}: {key} differs from train_sync's ({_MEANING[key]})"
     return ""
 
@@ -374,85 +685,54 @@ _MEANING = {
 }
 
 
-def compare(learner: _Log, reference: _Log, history: Any, metrics: Any) -> str:
-    """The first difference between the learner's loop and ``train_sync``, as a hint
-    ("" when there is none)."""
-    steps = len(metrics)
+def compare(learner: _Log, ref: _Reference, history: Any) -> str:
+    """The first difference between the learner's loop and ``train_sync``, layer by
+    layer and step by step, as a hint ("" when there is none)."""
     if not learner.clients:
         return "your loop made no training client (service.create_lora_training_client)"
-    same_shapes = (
-        learner.start_weights.keys() == reference.start_weights.keys()
-        and all(
-            learner.start_weights[k].shape == w.shape
-            for k, w in reference.start_weights.items()
-        )
+    start = ref.log.start_weights
+    same_shapes = learner.start_weights.keys() == start.keys() and all(
+        learner.start_weights[k].shape == w.shape for k, w in start.items()
     )
     if not same_shapes or any(
         _rel_err(learner.start_weights[k], w) > WEIGHT_TOLERANCE
-        for k, w in reference.start_weights.items()
+        for k, w in start.items()
     ):
         return (
             "the policy starts from other LoRA weights than train_sync's: "
             "create_lora_training_client(base_model=run_config.model_name, "
             "rank=run_config.lora_rank, seed=run_config.seed)"
         )
-    if learner.stale:
-        updates, same_step, step = learner.stale[0]
-        if same_step:  # the step's own sampler, after an update within the step
-            return (
-                f"step {step}: your loop updated the weights in the middle of the "
-                "step, then sampled again: one optim_step per step, after all of "
-                "its groups"
-            )
-        done = reference.steps_of_updates
-        updated = done[min(updates, len(done)) - 1] if done else 0
-        return (
-            f"step {updated + 1}: your loop sampled from a SamplingClient saved "
-            f"before step {updated}'s update (a stale policy): save one from the "
-            "current weights at the start of every step"
+    steps, batch = ref.config.steps, ref.config.batch_size
+    rows = _rows(history, steps)
+    for step in range(steps):
+        got = learner.samples[step * batch : (step + 1) * batch]
+        sent = [d for at, d in learner.sent if _step_of(at) == step]
+        updates = [u for u in learner.updates if _step_of(u.samples) == step]
+        if bad := _loss_fn_hint(learner) if sent else "":
+            return f"step {step}: {bad}"
+        hint = (
+            _samples_hint(step, got, ref)
+            or _groups_hint(step, sent, ref, rows)
+            or _updates_hint(step, updates, ref, learner)
         )
-    if learner.seeds != reference.seeds:
-        k = next(
-            (
-                i
-                for i, (a, b) in enumerate(
-                    zip(learner.seeds, reference.seeds, strict=False)
-                )
-                if a != b
-            ),
-            min(len(learner.seeds), len(reference.seeds)),
-        )
-        batch = CHECK_RUN["batch_size"]
-        return (
-            f"step {k // batch}: prompt {k % batch}'s sampling seed is not "
-            "train_sync's: step_math.derive_seed(run_config.seed, step, i), i the "
-            "prompt's place in the step's batch"
-        )
-    for k, want in enumerate(reference.updates):
-        step = reference.steps_of_updates[k]
-        if k >= len(learner.updates):
-            if learner.pending:
-                return (
-                    f"step {step}: forward_backward was not followed by optim_step: "
-                    "the gradients pile up and the weights never change"
-                )
-            return (
-                f"step {step}: train_sync updates the weights here; your loop did not"
-            )
-        hint = _update_hint(step, learner.updates[k], want)
         if hint:
-            return hint
-    if len(learner.updates) > len(reference.updates):
+            return f"step {step}: {hint}"
+    if len(learner.samples) > steps * batch:
         return (
-            f"your loop updated the weights {len(learner.updates)} times where "
-            f"train_sync did {len(reference.updates)} times in {steps} steps: one "
-            "optim_step per step, and none when every group is degenerate"
+            f"your loop sampled {len(learner.samples)} prompts in {steps} steps, "
+            f"where train_sync samples {steps * batch}"
         )
-    if learner.pending:
+    return _metrics_hint(history, ref.metrics, steps)
+
+
+def _loss_fn_hint(log: _Log) -> str:
+    if log.loss_fns != {"importance_sampling"}:
         return (
-            "forward_backward at the end of the loop was never followed by optim_step"
+            f"forward_backward got loss_fn {', '.join(sorted(log.loss_fns))}: the "
+            "run's loss_fn is importance_sampling"
         )
-    return _metrics_hint(history, metrics, steps)
+    return ""
 
 
 def train_loop_check(
@@ -461,26 +741,82 @@ def train_loop_check(
     strict: bool | None = None,
 ) -> bool:
     """Check a learner's ``train_loop(service, run_config, train_rows)`` against
-    ``training.train_sync``, step by step, on :func:`check_config`'s run.
+    ``training.train_sync``, step by step, on :func:`check_config`'s run, as it is
+    and with each of :data:`CHECK_CASES`' changes.
 
     Prints ``ok``, or ``not yet`` with a hint that names the first step and the
     first thing that differs (see the module's docstring).
     """
-    from grpo_helpers import data, training
+    from grpo_helpers import data
 
     def check() -> str:
-        with tempfile.TemporaryDirectory(prefix="loop-check-") as folder:
-            config = check_config(Path(folder) / "reference")
-            reference = _Log()
-            result = training.train_sync(
-                config, _Service(_service(), reference), progress=False
-            )
-            metrics = result.metrics.to_dict("records")
-            learner = _Log()
-            rows = data.load_split(config, "train")
-            history = train_loop(_Service(_service(), learner), config, rows)
-        if history is None and not learner.clients:
-            return STUB_HINT
-        return compare(learner, reference, history, metrics)
+        for changes in CHECK_CASES:
+            ref = _reference(tuple(sorted(changes.items())))
+            with tempfile.TemporaryDirectory(prefix="loop-check-") as folder:
+                config = check_config(Path(folder) / "yours", **changes)
+                learner = _Log()
+                rows = data.load_split(config, "train")
+                history = train_loop(_Service(_service(), learner), config, rows)
+            if history is None and not learner.clients:
+                return STUB_HINT
+            hint = compare(learner, ref, history)
+            if hint and changes:
+                where = ", ".join(f"run_config.{k}={v!r}" for k, v in changes.items())
+                hint = hint.replace(":", f" (with {where}):", 1)
+            if hint:
+                return hint
+        return ""
 
     return run_check(exercise, check, strict)
+
+
+def retrace(history: Any, run_config: GRPOConfig, recorded: Any) -> str:
+    """Whether a loop's steps retraced a recorded run's, step by step, in words.
+
+    Args:
+        history: the loop's metrics (a DataFrame or one dict per step).
+        run_config: the loop's run.
+        recorded: the recorded run (``recorded_runs.load_run()``), with its
+            ``meta["config"]`` and ``metrics``.
+
+    Returns:
+        One line: the settings that differ (nothing to retrace), or on how many
+        steps ``reward_mean`` and ``datums`` equal the recorded run's, and the
+        first step that parts from it.
+    """
+    import pandas as pd
+
+    frame = pd.DataFrame(history)
+    settings = recorded.meta.get("config", {})
+    keys = ("model_name", "dataset", "steps", "batch_size", "group_size")
+    keys += ("max_tokens", "lora_rank", "learning_rate", "reward", "temperature")
+    keys += ("seed",)
+    differ = [
+        k for k in keys if k in settings and settings[k] != getattr(run_config, k)
+    ]
+    if differ:
+        return (
+            "no retrace to check: your run's settings differ from the recorded run's "
+            f"in {', '.join(differ)}"
+        )
+    want = recorded.metrics
+    same = []
+    for step in range(min(len(frame), len(want))):
+        same.append(
+            all(
+                k in frame and _close(frame[k].iloc[step], want[k].iloc[step])
+                for k in ("reward_mean", "datums")
+            )
+        )
+    if same and all(same) and len(frame) == len(want):
+        return (
+            f"your loop retraced the recorded run (seed {run_config.seed}) on all "
+            f"{len(same)} steps: the same rewards and Datums, step by step"
+        )
+    first = same.index(False) if False in same else len(same)
+    return (
+        f"your loop retraced the recorded run on {first} of {len(want)} steps, then "
+        f"parted from it at step {first}: on a machine whose CPU kernels differ from "
+        "the recording's, the same seed trains into another run (README, 'What "
+        "reproduces')"
+    )

@@ -75,10 +75,12 @@ def train_loop(service, run_config, train_rows):
             group_adv = advantages.group_advantages(
                 group_rewards, run_config.advantage_scale
             )
-            # 4. one Datum per completion
+            # 4. one Datum per completion (exercise 3: none for a cut-off one)
             for seq, text, reward, adv in zip(
                 response.sequences, texts, group_rewards, group_adv, strict=True
             ):
+                if run_config.mask_truncated and seq.stop_reason == "length":
+                    continue
                 sample = datum.RolloutSample(
                     list(seq.tokens), list(seq.logprobs), text, reward, adv
                 )

@@ -45,8 +45,9 @@ def _policy(service, run_config):
     )
 
 
-def _group_datums(tokens, response, texts, group_rewards, scale):
-    """One Datum per completion of a group, with its advantage under ``scale``."""
+def _group_datums(tokens, response, texts, group_rewards, scale, mask=False):
+    """One Datum per completion of a group, with its advantage under ``scale``
+    (none for a completion cut off at ``max_tokens`` when ``mask``)."""
     adv = advantages.group_advantages(group_rewards, scale)
     return [
         datum.build_grpo_datum(
@@ -55,6 +56,7 @@ def _group_datums(tokens, response, texts, group_rewards, scale):
         for s, t, r, a in zip(
             response.sequences, texts, group_rewards, adv, strict=True
         )
+        if not (mask and s.stop_reason == "length")
     ]
 
 
@@ -99,6 +101,7 @@ def wrong_loop(
                         texts,
                         group_rewards,
                         scale or run_config.advantage_scale,
+                        run_config.mask_truncated,
                     )
                 )
             groups = batch if optim == "group" else [[d for g in batch for d in g]]
