@@ -253,6 +253,7 @@ def plot_run_curves(
     axes: Sequence[plt.Axes] | np.ndarray | None = None,
     window: int = 5,
     band: tuple[str, pd.DataFrame] | None = None,
+    columns: Sequence[str] | None = None,
 ) -> np.ndarray:
     """Reward, training accuracy, boxed answers, degenerate groups, completion
     length and cut-off answers per step, for one or more runs on the same axes.
@@ -263,30 +264,45 @@ def plot_run_curves(
     Args:
         runs: ``{label: metrics}`` (a metrics DataFrame, run directory or
             ``metrics.jsonl``), e.g. ``{"your run": ..., recorded.label: ...}``.
-        axes: six axes to draw on (:data:`RUN_PANELS`); a new 2 x 3 figure when
-            None. A run whose metrics lack a panel's column (recorded before it
-            was logged) is left out of that panel.
+        axes: one axes per panel to draw on (:data:`RUN_PANELS`); a new figure,
+            three panels a row, when None. A run whose metrics lack a panel's
+            column (recorded before it was logged) is left out of that panel.
         window: steps in the rolling mean.
         band: ``(label, frame)``: several recorded runs, one row per (``seed``,
             ``step``) (``recorded_runs.load_band()``), drawn as a grey range from
             their lowest to their highest rolling mean at each step.
+        columns: the panels to draw, by column (``None``: all six), e.g. only
+            those a learner's loop returns.
 
     Returns:
-        The six axes, flattened.
+        The axes drawn on, flattened.
     """
-    if axes is None:
-        _, grid = plt.subplots(
-            2, 3, figsize=(FIGSIZE[0] * 2.4, FIGSIZE[1] * 1.8), layout="constrained"
+    panels = [p for p in RUN_PANELS if columns is None or p[0] in columns]
+    if not panels:
+        raise ValueError(
+            f"plot_run_curves: none of the columns {list(columns or [])} is a panel; "
+            f"the panels are {[p[0] for p in RUN_PANELS]}"
         )
-        axes = grid
+    if axes is None:
+        rows = -(-len(panels) // 3)
+        _, grid = plt.subplots(
+            rows,
+            min(len(panels), 3),
+            figsize=(FIGSIZE[0] * 0.8 * min(len(panels), 3), FIGSIZE[1] * 0.9 * rows),
+            layout="constrained",
+            squeeze=False,
+        )
+        for ax in grid.ravel()[len(panels) :]:
+            ax.set_visible(False)
+        axes = grid.ravel()[: len(panels)]
     flat = np.asarray(axes).ravel()
     if band is not None:
-        _draw_band(flat, *band, window=window)
+        _draw_band(flat, *band, window=window, panels=panels)
     palette = ["#1f77b4", "#ff7f0e", "#2ca02c", "#9467bd", "#8c564b"]
     for i, (label, metrics) in enumerate(runs.items()):
         df = _metrics(metrics)
         color = palette[i % len(palette)]
-        for ax, (column, _, _, _) in zip(flat, RUN_PANELS, strict=True):
+        for ax, (column, _, _, _) in zip(flat, panels, strict=True):
             if column not in df or not len(df):
                 continue
             ax.plot(df["step"], df[column], "o", color=color, alpha=0.25, ms=3)
@@ -298,7 +314,7 @@ def plot_run_curves(
                 label=label,
                 linewidth=2,
             )
-    for ax, (_, title, ylabel, ylim) in zip(flat, RUN_PANELS, strict=True):
+    for ax, (_, title, ylabel, ylim) in zip(flat, panels, strict=True):
         ax.set(title=title, xlabel="step", ylabel=ylabel)
         if ylim is not None:
             ax.set_ylim(ylim[0] - 0.03, ylim[1] + 0.03)
@@ -362,9 +378,15 @@ def share_within_band(
     return float(np.mean(inside)) if inside else math.nan
 
 
-def _draw_band(flat: np.ndarray, label: str, frame: pd.DataFrame, window: int) -> None:
+def _draw_band(
+    flat: np.ndarray,
+    label: str,
+    frame: pd.DataFrame,
+    window: int,
+    panels: Sequence[tuple[str, str, str, Any]] = RUN_PANELS,
+) -> None:
     runs = frame["seed"].nunique()
-    for ax, (column, _, _, _) in zip(flat, RUN_PANELS, strict=True):
+    for ax, (column, _, _, _) in zip(flat, panels, strict=True):
         if column not in frame:
             continue
         limits = band_range(frame, column, window)

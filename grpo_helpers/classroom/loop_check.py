@@ -3,10 +3,13 @@
 Notebook 10 asks the learner to write ``train_loop(service, run_config, train_rows)``,
 the sync loop of the demo scripts, from PyTRIO's client API and the pieces written
 in notebooks 02-05. :func:`train_loop_check` runs it on the check's small run
-(:func:`check_config`: the tiny random model, three steps) twice, as written and
-with ``mask_truncated=True`` (exercise 3), each time beside ``train_sync`` on the
-same run, through a recording service that passes every call on to the local
-engine and logs what the engine received.
+(:func:`check_config`: the tiny random model, three steps), or on it with
+``mask_truncated=True`` for exercise 3 (the tiny model never stops before
+``max_tokens``, so every completion is cut off: none is sent, every reward still
+counts), beside ``train_sync`` on the same run, through a recording service that
+passes every call on to the local engine and logs what the engine received. While
+the learner's loop runs, the functions it is compared with (:data:`FORBIDDEN`)
+raise, saying so; the hidden grader forbids the same.
 
 Both loops start from the same LoRA initialisation (the run's seed), so from the
 same prompts, seeds and weights they sample the same completions. The check
@@ -28,7 +31,9 @@ first layer that differs is the hint (never a wanted value):
    their tokens, logprobs and advantages;
 5. the updates: the loss, one ``optim_step`` per step with ``AdamParams``, the
    weights after it. Several ``forward_backward`` calls before one ``optim_step``
-   are one update: the loss is a sum, so the gradients add up to one call's.
+   are one update (the loss is a sum), but summed in another order: the weights
+   differ in float32's last bits and a sampled token can flip a step later; the
+   hint then says so (:data:`SPLIT_UPDATE`) and asks for one call.
 
 How the loop waits does not matter: every ``sample`` call runs to its end when it
 is submitted, so sampling every prompt before the first ``.result()`` gets the same
@@ -55,19 +60,21 @@ from __future__ import annotations
 import math
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
 from typing import Any
+from unittest.mock import patch
 
 import numpy as np
 
 from grpo_helpers.classroom.self_checks import STUB_HINT, run_check
 from grpo_helpers.config import GRPOConfig
 
-__all__ = ["CHECK_CASES", "CHECK_RUN", "METRIC_KEYS", "check_config", "retrace"]
-__all__ += ["train_loop_check"]
+__all__ = ["CHECK_RUN", "METRIC_KEYS", "check_config"]
+__all__ += ["FORBIDDEN", "train_loop_check"]
 
 #: The run both loops train in the check: the tiny random model, three steps of two
 #: prompts x four completions, mean-only advantages, a large learning rate (an
@@ -90,12 +97,18 @@ CHECK_RUN: dict[str, Any] = {
     "seed": 3,
     "save_every": 0,
 }
-#: The cases the check runs: the run as it is, and with ``mask_truncated`` on
-#: (exercise 3; the tiny model never stops before ``max_tokens``, so every
-#: completion is cut off: none is sent, every reward still counts).
-CHECK_CASES: tuple[dict[str, Any], ...] = ({}, {"mask_truncated": True})
 #: What each step's metrics dict must hold, compared with ``train_sync``'s.
 METRIC_KEYS = ("reward_mean", "accuracy", "frac_degenerate", "datums")
+#: What the exercise rules out: the functions the check compares your loop with
+#: (notebook 10's "Do not call"; the hidden grader forbids the same).
+FORBIDDEN = (
+    "grpo_helpers.training.train_sync",
+    "grpo_helpers.training.train_async",
+    "grpo_helpers.training.train",
+    "grpo_helpers.step_math.build_step_datums",
+    "grpo_helpers.rollout.run_rollout_group",
+    "grpo_helpers.rollout.samples_from_response",
+)
 #: Weights after an update agree to float32's reach of the same sums.
 WEIGHT_TOLERANCE = 1e-4
 #: The sampling parameters compared, beside the seed.
@@ -147,6 +160,7 @@ class _Update:
     weights: dict[str, Any]
     adam: Any
     samples: int  # sample calls before it
+    calls: int = 1  # forward_backward calls it summed
 
 
 @dataclass
@@ -160,6 +174,7 @@ class _Log:
     sent: list[tuple[int, Any]] = field(default_factory=list)  # (samples, Datum)
     loss_fns: set[str] = field(default_factory=set)
     pending: list[Any] = field(default_factory=list)
+    pending_calls: int = 0
     updates: list[_Update] = field(default_factory=list)
     saved: dict[str, int] = field(default_factory=dict)  # sampler path -> version
 
@@ -180,6 +195,16 @@ class _Done:
         return getattr(self._value, name)
 
 
+#: What the check says when a loop split an update into several forward_backward
+#: calls and a later step's completions then differ.
+SPLIT_UPDATE = (
+    "the completions differ from train_sync's after an update your loop split into "
+    "{calls} forward_backward calls: the gradients add up to the same sum (the loss "
+    "is a sum), but in another order, so the weights differ in float32's last bits "
+    "and a sampled token flipped. The same algorithm, not the same computation: "
+    "this check compares completions exactly, so send each step's Datums in one "
+    "forward_backward"
+)
 #: What the check says to a loop written with the engine's async calls.
 SYNC_ONLY = (
     "this check records the sync calls: write the loop with sample(...), "
@@ -241,6 +266,7 @@ class _Trainer:
         log = self._log
         log.sent += [(len(log.samples), d) for d in data]
         log.pending += data
+        log.pending_calls += 1
         log.loss_fns.add(str(call.get("loss_fn", "cross_entropy")))
         return self._inner.forward_backward(*args, **kwargs)
 
@@ -249,9 +275,15 @@ class _Trainer:
         log = self._log
         adam = _bound(args, kwargs, ("adam_params",)).get("adam_params")
         log.updates.append(
-            _Update(log.pending, _weights(self._inner), adam, len(log.samples))
+            _Update(
+                log.pending,
+                _weights(self._inner),
+                adam,
+                len(log.samples),
+                log.pending_calls,
+            )
         )
-        log.pending = []
+        log.pending, log.pending_calls = [], 0
         return _Done(result)
 
     def save_weights_and_get_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
@@ -328,11 +360,35 @@ def _values(datum: Any, key: str) -> np.ndarray:
     return np.asarray(datum.loss_fn_inputs[key].tolist(), dtype=float)
 
 
-def _datum_key(datum: Any) -> tuple:
-    """What a Datum sends, rounded: equal keys, equal contributions to the loss."""
-    inputs = datum.loss_fn_inputs
-    return (tuple(datum.model_input.to_ints()),) + tuple(
-        (k, tuple(np.round(_values(datum, k), 6))) for k in sorted(inputs)
+def _tokens(datum: Any) -> tuple:
+    """A Datum's input and target tokens: which completion it sends."""
+    targets = datum.loss_fn_inputs["target_tokens"].tolist()
+    return tuple(datum.model_input.to_ints()), tuple(int(t) for t in targets)
+
+
+def _same_datum(mine: Any, want: Any) -> bool:
+    """The same tokens, and every loss input equal to float32's reach (two loops
+    whose sums differ in their order differ in the last bits)."""
+    if _tokens(mine) != _tokens(want) or set(mine.loss_fn_inputs) != set(
+        want.loss_fn_inputs
+    ):
+        return False
+    for key in want.loss_fn_inputs:
+        got, wanted = _values(mine, key), _values(want, key)
+        if got.shape != wanted.shape or not np.allclose(got, wanted, atol=1e-6):
+            return False
+    return True
+
+
+def _same_datums(mine: list[Any], want: list[Any]) -> bool:
+    """The same Datums as a multiset: their order does not change the summed loss."""
+    if len(mine) != len(want):
+        return False
+    return all(
+        _same_datum(a, b)
+        for a, b in zip(
+            sorted(mine, key=_tokens), sorted(want, key=_tokens), strict=True
+        )
     )
 
 
@@ -586,7 +642,7 @@ def _datums_hint(step: int, matched: dict, ref: _Reference) -> str:
                 return (
                     "a Datum's logprobs are not the sampler's, at the right positions"
                 )
-            if _datum_key(datum) != _datum_key(want):
+            if not _same_datum(datum, want):
                 return (
                     "a Datum differs from train_sync's in its advantages or inputs: "
                     "datum.build_grpo_datum(prompt_tokens, sample)"
@@ -620,9 +676,7 @@ def _updates_hint(step: int, got: list[_Update], ref: _Reference, log: _Log) -> 
             )
         return "train_sync updates the weights here; your loop did not"
     for mine, theirs in zip(got, want, strict=True):
-        if Counter(map(_datum_key, mine.datums)) != Counter(
-            map(_datum_key, theirs.datums)
-        ):
+        if not _same_datums(mine.datums, theirs.datums):
             return "optim_step came after other Datums than train_sync's update"
         if mine.adam != theirs.adam:
             return "optim_step did not get run_config.adam_params"
@@ -716,6 +770,9 @@ def compare(learner: _Log, ref: _Reference, history: Any) -> str:
             or _groups_hint(step, sent, ref, rows)
             or _updates_hint(step, updates, ref, learner)
         )
+        split = [u.calls for u in learner.updates if _step_of(u.samples) < step]
+        if "completions differ" in hint and max(split, default=1) > 1:
+            hint = SPLIT_UPDATE.format(calls=max(split))
         if hint:
             return f"step {step}: {hint}"
     if len(learner.samples) > steps * batch:
@@ -735,88 +792,57 @@ def _loss_fn_hint(log: _Log) -> str:
     return ""
 
 
+@contextmanager
+def _forbidden() -> Iterator[None]:
+    """While the learner's loop runs, each of :data:`FORBIDDEN` raises, saying so."""
+    import importlib
+
+    with ExitStack() as stack:
+        for dotted in FORBIDDEN:
+            module_name, _, name = dotted.rpartition(".")
+            module = importlib.import_module(module_name)
+
+            def refuse(*args: Any, _name: str = dotted, **kwargs: Any) -> Any:
+                raise RuntimeError(
+                    f"{_name.removeprefix('grpo_helpers.')}: the exercise asks you to "
+                    "write the loop without it (the check compares your loop with it)"
+                )
+
+            stack.enter_context(patch.object(module, name, refuse))
+        yield
+
+
 def train_loop_check(
     exercise: str,
     train_loop: Callable[[Any, GRPOConfig, Any], Any],
     strict: bool | None = None,
+    mask_truncated: bool = False,
 ) -> bool:
     """Check a learner's ``train_loop(service, run_config, train_rows)`` against
-    ``training.train_sync``, step by step, on :func:`check_config`'s run, as it is
-    and with each of :data:`CHECK_CASES`' changes.
+    ``training.train_sync``, step by step, on :func:`check_config`'s run
+    (exercise 1), or on it with ``mask_truncated=True`` (exercise 3).
 
     Prints ``ok``, or ``not yet`` with a hint that names the first step and the
     first thing that differs (see the module's docstring).
     """
     from grpo_helpers import data
 
+    changes = {"mask_truncated": True} if mask_truncated else {}
+
     def check() -> str:
-        for changes in CHECK_CASES:
-            ref = _reference(tuple(sorted(changes.items())))
-            with tempfile.TemporaryDirectory(prefix="loop-check-") as folder:
-                config = check_config(Path(folder) / "yours", **changes)
-                learner = _Log()
-                rows = data.load_split(config, "train")
+        ref = _reference(tuple(sorted(changes.items())))
+        with tempfile.TemporaryDirectory(prefix="loop-check-") as folder:
+            config = check_config(Path(folder) / "yours", **changes)
+            learner = _Log()
+            rows = data.load_split(config, "train")
+            with _forbidden():
                 history = train_loop(_Service(_service(), learner), config, rows)
-            if history is None and not learner.clients:
-                return STUB_HINT
-            hint = compare(learner, ref, history)
-            if hint and changes:
-                where = ", ".join(f"run_config.{k}={v!r}" for k, v in changes.items())
-                hint = hint.replace(":", f" (with {where}):", 1)
-            if hint:
-                return hint
-        return ""
+        if history is None and not learner.clients:
+            return STUB_HINT
+        hint = compare(learner, ref, history)
+        if hint and changes:
+            where = ", ".join(f"run_config.{k}={v!r}" for k, v in changes.items())
+            hint = hint.replace(":", f" (with {where}):", 1)
+        return hint
 
     return run_check(exercise, check, strict)
-
-
-def retrace(history: Any, run_config: GRPOConfig, recorded: Any) -> str:
-    """Whether a loop's steps retraced a recorded run's, step by step, in words.
-
-    Args:
-        history: the loop's metrics (a DataFrame or one dict per step).
-        run_config: the loop's run.
-        recorded: the recorded run (``recorded_runs.load_run()``), with its
-            ``meta["config"]`` and ``metrics``.
-
-    Returns:
-        One line: the settings that differ (nothing to retrace), or on how many
-        steps ``reward_mean`` and ``datums`` equal the recorded run's, and the
-        first step that parts from it.
-    """
-    import pandas as pd
-
-    frame = pd.DataFrame(history)
-    settings = recorded.meta.get("config", {})
-    keys = ("model_name", "dataset", "steps", "batch_size", "group_size")
-    keys += ("max_tokens", "lora_rank", "learning_rate", "reward", "temperature")
-    keys += ("seed",)
-    differ = [
-        k for k in keys if k in settings and settings[k] != getattr(run_config, k)
-    ]
-    if differ:
-        return (
-            "no retrace to check: your run's settings differ from the recorded run's "
-            f"in {', '.join(differ)}"
-        )
-    want = recorded.metrics
-    same = []
-    for step in range(min(len(frame), len(want))):
-        same.append(
-            all(
-                k in frame and _close(frame[k].iloc[step], want[k].iloc[step])
-                for k in ("reward_mean", "datums")
-            )
-        )
-    if same and all(same) and len(frame) == len(want):
-        return (
-            f"your loop retraced the recorded run (seed {run_config.seed}) on all "
-            f"{len(same)} steps: the same rewards and Datums, step by step"
-        )
-    first = same.index(False) if False in same else len(same)
-    return (
-        f"your loop retraced the recorded run on {first} of {len(want)} steps, then "
-        f"parted from it at step {first}: on a machine whose CPU kernels differ from "
-        "the recording's, the same seed trains into another run (README, 'What "
-        "reproduces')"
-    )

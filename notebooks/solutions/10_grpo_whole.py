@@ -112,16 +112,21 @@ def train_loop(service, run_config, train_rows):
 #: above when it builds the student edition (this file never ships to students).
 HIDDEN_CASES = {
     # Each case: the training rows' gold answers, steps, batch_size, group_size,
-    # the reward and the seed. A fake service samples completions that depend on
-    # the prompt, the seed and how many updates the weights have had (so a stale
-    # sampler sends other completions), answering 4, 5 or 6; some groups agree
-    # (degenerate). What is projected: every call the engine got, in order (the
-    # samplers made, each update's Datums and loss), and the metrics returned.
+    # the reward, the seed and mask_truncated. A fake service samples completions
+    # that depend on the prompt, the seed and how many updates the weights have had
+    # (so a stale sampler sends other completions), answering 4, 5 or 6; some
+    # groups agree (degenerate), the longest completions are cut off. What is
+    # projected is what loop_check compares, in the same shape: the training
+    # clients' settings; per step, the sample calls keyed by their prompt (so the
+    # order the prompts are visited in does not count) with their seed and the
+    # sampler's age, and each update's Datums as a multiset, its forward_backward
+    # calls and its learning rate; the metrics of loop_check.METRIC_KEYS.
     "train_loop": {
         "cases": [
-            (["4", "5", "6", "4"], 3, 2, 3, "binary", 0),
-            (["5", "5", "4"], 4, 2, 4, "binary", 1),
-            (["6", "4", "5", "5", "6"], 3, 3, 3, "shaped", 2),
+            (["4", "5", "6", "4"], 3, 2, 3, "binary", 0, False),
+            (["5", "5", "4"], 4, 2, 4, "binary", 1, False),
+            (["6", "4", "5", "5", "6"], 3, 3, 3, "shaped", 2, False),
+            (["4", "6", "5", "4"], 3, 2, 4, "shaped", 3, True),
         ],
         "tol": 1e-6,
         "forbid": [
@@ -133,12 +138,19 @@ HIDDEN_CASES = {
             "grpo_helpers.rollout.samples_from_response",
         ],
         "setup": """
+import inspect
+from types import SimpleNamespace
+
+
 class FakeFuture:
     def __init__(self, value):
         self.value = value
 
     def result(self, timeout=None):
         return self.value
+
+    def done(self):
+        return True
 
 
 class FakeTokenizer:
@@ -153,46 +165,69 @@ class FakeTokenizer:
         return [1 + (ord(c) % 40) for c in text[-12:]] + [2 + checksum % 47]
 
     def decode(self, tokens, skip_special_tokens=True):
-        return "".join(chr(48 + t % 10) for t in tokens)
+        # a completion's tokens are its characters: decoding gives its text
+        return "".join(chr(t) for t in tokens)
+
+
+def bound(function, args, kwargs):
+    # the call's arguments by name, however they were passed
+    call = inspect.signature(function).bind(*args, **kwargs)
+    call.apply_defaults()
+    return call.arguments
 
 
 class FakeSampler:
-    def __init__(self, log, version):
-        self.log, self.version = log, version
+    def __init__(self, log, trainer, version):
+        self.log, self.trainer, self.version = log, trainer, version
 
-    def sample(self, prompt, num_samples=1, sampling_params=None, **kwargs):
-        from types import SimpleNamespace
-
+    def _sample(self, prompt, num_samples=1, sampling_params=None):
         tokens = prompt.to_ints() if hasattr(prompt, "to_ints") else list(prompt)
-        seed = getattr(sampling_params, "seed", None) or 0
-        base = sum(tokens) + 7 * seed + 13 * self.version
+        seed = getattr(sampling_params, "seed", None)
+        age = self.trainer.version - self.version
+        self.log.append(["sample", list(tokens), num_samples, seed, age])
+        base = sum(tokens) + 7 * (seed or 0) + 13 * self.version
         sequences = []
         for j in range(num_samples):
             answer = 4 if (base % 3 == 0) else 4 + (base + j) % 3
-            n = 1 + (base + j) % 3
+            pad = (base + j) % 3
+            text = "so" + " " * pad + "\\\\boxed{%d}" % answer
+            ids = [ord(c) for c in text]
+            logprobs = [-0.1 * (1 + (base + t + k) % 7) for k, t in enumerate(ids)]
             sequences.append(
                 SimpleNamespace(
-                    tokens=[(base + 5 * j + k) % 50 + 2 for k in range(n)],
-                    logprobs=[-0.1 * (1 + (base + j + k) % 7) for k in range(n)],
-                    text="so \\\\boxed{%d}" % answer,
-                    stop_reason="stop",
+                    tokens=ids,
+                    logprobs=logprobs,
+                    text=text,
+                    stop_reason="length" if pad == 2 else "stop",
                 )
             )
         return FakeFuture(SimpleNamespace(sequences=sequences))
 
+    def sample(self, *args, **kwargs):
+        return self._sample(**bound(self._sample, args, kwargs))
+
 
 class FakeTrainingClient:
     def __init__(self, log):
-        self.log, self.version = log, 0
+        self.log, self.version, self.saved = log, 0, {}
 
     def get_tokenizer(self):
         return FakeTokenizer()
 
-    def save_weights_and_get_sampling_client(self, *args, **kwargs):
-        self.log.append(["sampler", self.version])
-        return FakeSampler(self.log, self.version)
+    def save_weights_and_get_sampling_client(self, name=None):
+        return FakeSampler(self.log, self, self.version)
 
-    def forward_backward(self, data, loss_fn="cross_entropy", loss_fn_config=None):
+    def save_weights_for_sampler(self, name, ttl_seconds=None):
+        path = "fake://weights/%s" % name
+        self.saved[path] = self.version
+        return FakeFuture(SimpleNamespace(path=path))
+
+    def create_sampling_client(self, model_path):
+        return FakeSampler(self.log, self, self.saved.get(model_path, -1))
+
+    def _forward_backward(
+        self, data, loss_fn="cross_entropy", loss_fn_config=None, auto_shift=False
+    ):
         self.log.append(["forward_backward", str(loss_fn), [
             [
                 [int(t) for t in d.model_input.to_ints()],
@@ -204,6 +239,9 @@ class FakeTrainingClient:
         ]])
         return FakeFuture("forward_backward output")
 
+    def forward_backward(self, *args, **kwargs):
+        return self._forward_backward(**bound(self._forward_backward, args, kwargs))
+
     def optim_step(self, adam_params):
         self.version += 1
         self.log.append(["optim_step", float(adam_params.learning_rate)])
@@ -212,17 +250,32 @@ class FakeTrainingClient:
 
 class FakeService:
     def __init__(self):
-        self.log = []
+        self.log, self.trainer = [], None
+
+    def _client(
+        self,
+        base_model,
+        rank=32,
+        seed=None,
+        train_mlp=True,
+        train_attn=True,
+        train_unembed=True,
+    ):
+        self.log.append(["training client", base_model, rank, seed])
+        self.trainer = FakeTrainingClient(self.log)
+        return self.trainer
 
     def create_lora_training_client(self, *args, **kwargs):
-        self.log.append(["training client", kwargs.get("seed")])
-        return FakeTrainingClient(self.log)
+        return self._client(**bound(self._client, args, kwargs))
+
+    def create_sampling_client(self, base_model, model_path=None):
+        return self.trainer.create_sampling_client(model_path)
 
 
 def prepare(case):
     from grpo_helpers.config import GRPOConfig
 
-    golds, steps, batch_size, group_size, reward, seed = case
+    golds, steps, batch_size, group_size, reward, seed, masked = case
     rows = [
         {"question": f"question {i}: what is {g}?", "answer": f"#### {g}"}
         for i, g in enumerate(golds)
@@ -238,11 +291,32 @@ def prepare(case):
         seed=seed,
         learning_rate=1e-3,
         advantage_scale="none",
+        mask_truncated=masked,
     )
     return FakeService(), config, rows
 
 
 def project(result, args):
+    # what loop_check compares, in its shape: per step (the step of the last
+    # sample before a call), the samples keyed by prompt and each update's Datums
+    # as a multiset
+    service, config = args[0], args[1]
+    clients, steps, samples = [], {}, 0
+    pending, calls, loss_fns = [], 0, []
+    for event in service.log:
+        step = steps.setdefault(max(samples - 1, 0) // config.batch_size, [[], []])
+        if event[0] == "training client":
+            clients.append(event[1:])
+        elif event[0] == "sample":
+            samples += 1
+            at = (samples - 1) // config.batch_size
+            steps.setdefault(at, [[], []])[0].append(event[1:])
+        elif event[0] == "forward_backward":
+            pending, calls = pending + event[2], calls + 1
+            loss_fns.append(event[1])
+        else:
+            step[1].append([sorted(pending), calls, sorted(set(loss_fns)), event[1]])
+            pending, calls, loss_fns = [], 0, []
     keys = ("reward_mean", "accuracy", "frac_degenerate", "datums")
     rows = result if isinstance(result, (list, tuple)) else []
     metrics = [
@@ -251,7 +325,12 @@ def project(result, args):
         else repr(r)
         for r in rows
     ]
-    return {"calls": args[0].log, "metrics": metrics}
+    return {
+        "clients": clients,
+        "steps": [[sorted(steps[s][0]), steps[s][1]] for s in sorted(steps)],
+        "never stepped": [sorted(pending), calls],
+        "metrics": metrics,
+    }
 """,
     },
 }

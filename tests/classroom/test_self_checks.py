@@ -67,7 +67,7 @@ from wrong_answers import (
     TRAINED_TARGET,
     WILSON_BY_HAND,
 )
-from wrong_loops import RIGHT_LOOPS, WRONG_LOOPS
+from wrong_loops import RIGHT_LOOPS, WRONG_HINTS, WRONG_LOOPS
 
 from grpo_helpers import (
     data,
@@ -390,8 +390,9 @@ def test_a_named_wrong_answer_fails(request, name, label):
         _run(request, name, EXERCISES[name].wrong[label])
     # it failed on what it computed, not because the wrong answer itself crashed
     assert ": raised " not in str(failed.value), str(failed.value)
-    if name == "train_loop":  # the hint names the first step that differs
+    if name == "train_loop":  # the hint names the first step and its own slip
         assert re.match(r"exercise: step \d+: ", str(failed.value)), failed.value
+        assert WRONG_HINTS[label] in str(failed.value), failed.value
 
 
 def test_the_package_checks_also_take_the_learners_own_run(tmp_path):
