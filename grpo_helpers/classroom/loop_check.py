@@ -227,7 +227,8 @@ class _Sampler:
         call = _bound(args, kwargs, ("prompt", "num_samples", "sampling_params"))
         # run to the end now: what the loop waits on, and when, changes nothing
         response = self._inner.sample(*args, **kwargs).result()
-        prompt, params = call.get("prompt"), call.get("sampling_params")
+        prompt: Any = call.get("prompt")
+        params = call.get("sampling_params")
         sequences = list(getattr(response, "sequences", []))
         self._log.samples.append(
             _Sample(
@@ -523,11 +524,11 @@ def _sent_by_group(
                 "a Datum is not a pytrio.Datum with target_tokens, logprobs, advantages"
             )
         places = where.get(tokens, [])
-        g, j = places[0] if places else (None, None)
-        if g is not None:
+        if places:
+            g, j = places[0]
             group = ref.groups[step][g]
             want = group.sample.completions[j]  # the prompt's targets are unused
-        if g is None or targets[len(group.sample.prompt) - 1 :] != want:
+        if not places or targets[len(group.sample.prompt) - 1 :] != want:
             return {}, (
                 "a Datum is not prompt + completion[:-1] of a completion sampled in "
                 "this step, with the targets shifted by one (notebook 04)"
@@ -559,15 +560,15 @@ def _groups_hint(step: int, sent: list[Any], ref: _Reference, rows: Any) -> str:
     for g, pairs in matched.items():
         group = ref.groups[step][g]
         prompt_length = len(group.sample.prompt)
-        got = [_advantage(d, prompt_length) for _, d in pairs]
-        if any(a is None for a in got):
+        each = [_advantage(d, prompt_length) for _, d in pairs]
+        if any(a is None for a in each):
             return (
                 f"a Datum of prompt {group.place}'s group gives its completion's "
                 "tokens different advantages: one advantage per completion, 0 over "
                 "the prompt (datum.build_grpo_datum)"
             )
         want = np.array([group.advantages[j] for j, _ in pairs])
-        got = np.array(got)
+        got = np.array(each, dtype=float)
         if group.degenerate:
             if np.any(np.abs(got) > 1e-9):
                 return wrong_reward.format(i=group.place)

@@ -24,9 +24,23 @@ from grpo_helpers.config import GRPOConfig
 __all__ = ["RETRACE_KEYS", "history_frame", "panels", "retrace"]
 
 #: The settings a retrace needs equal (what changes what a loop samples or sends).
-RETRACE_KEYS = ("model_name", "dataset", "difficulty", "steps", "batch_size")
-RETRACE_KEYS += ("group_size", "max_tokens", "lora_rank", "learning_rate", "reward")
-RETRACE_KEYS += ("temperature", "top_p", "seed", "advantage_scale", "mask_truncated")
+RETRACE_KEYS: tuple[str, ...] = (
+    "model_name",
+    "dataset",
+    "difficulty",
+    "steps",
+    "batch_size",
+    "group_size",
+    "max_tokens",
+    "lora_rank",
+    "learning_rate",
+    "reward",
+    "temperature",
+    "top_p",
+    "seed",
+    "advantage_scale",
+    "mask_truncated",
+)
 
 
 def _recorded_config(recorded: Any) -> GRPOConfig:

@@ -286,6 +286,7 @@ def _budget_facts(recorded: list[dict[str, Any]]) -> dict[str, str]:
         facts[f"{variant}: completions sampled"] = (
             f"{row['samples_ratio']:.1f} times the baseline's"
         )
+        facts[f"{variant}: at the baseline's budget, verdict"] = ablation.verdict(row)
     return facts
 
 
@@ -508,21 +509,26 @@ def seed_summary(
     results: Sequence[Mapping[str, Any]], grade: str = "exact"
 ) -> dict[str, Any]:
     """The mean gain (after - before, in accuracy) over seeds, with its t-interval
-    over the seeds: what a learner should expect from a run of their own.
+    over the seeds (where the mean of all runs lies), and the prediction interval
+    for one new seed (where a learner's own run should fall).
 
     Returns:
-        ``{"seeds": [...], "gains": [...], "mean": m, "low": l, "high": h}``.
+        ``{"seeds": [...], "gains": [...], "mean": m, "low": l, "high": h,
+        "next_low": l1, "next_high": h1}``.
     """
     gains = [
         n["summary"][grade]["after"] - n["summary"][grade]["before"] for n in results
     ]
     mean, low, high = stats.t_interval(gains)
+    _, next_low, next_high = stats.prediction_interval(gains)
     return {
         "seeds": [int(n["seed"]) for n in results],
         "gains": gains,
         "mean": mean,
         "low": low,
         "high": high,
+        "next_low": next_low,
+        "next_high": next_high,
     }
 
 

@@ -42,6 +42,7 @@ __all__ = [
     "paired_bootstrap_ci",
     "pass_at_k",
     "sign_flip_p",
+    "prediction_interval",
     "t_interval",
     "wilson_interval",
 ]
@@ -380,6 +381,28 @@ def t_interval(
         * x.std(ddof=1)
         / math.sqrt(len(x))
     )
+    return mean, mean - half, mean + half
+
+
+def prediction_interval(
+    values: Sequence[float], confidence: float = 0.95
+) -> tuple[float, float, float]:
+    """Mean of per-seed values with Student's t interval for *one new seed*.
+
+    ``mean +/- t_{n-1} * sd * sqrt(1 + 1/n)``: where one more run's value should
+    fall, which is wider than :func:`t_interval` (where the mean of all runs
+    lies) by ``sqrt(n + 1)``. This is what a learner's own run is, one new seed.
+
+    Raises:
+        ValueError: fewer than two values, or a value that is not finite.
+
+    Example:
+        >>> [round(x, 3) for x in prediction_interval([0.30, 0.38, 0.44])]
+        [0.373, 0.024, 0.722]
+    """
+    mean, low, _ = t_interval(values, confidence)
+    n = len(values)
+    half = (mean - low) * math.sqrt(n) * math.sqrt(1 + 1 / n)
     return mean, mean - half, mean + half
 
 

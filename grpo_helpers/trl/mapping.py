@@ -451,11 +451,12 @@ def run_notes(config: GRPOConfig) -> list[tuple[str, str]]:
                 f"this run samples at temperature {t:g}, and TRL computes the "
                 f"training logprobs from the logits divided by {t:g}, the local "
                 "engine from the logits themselves (temperature 1). On the same "
-                f"completions and advantages TRL's gradient per logit is "
-                f"1/T = {1 / t:.2f} times the series' and centred on the tempered "
-                "distribution (the one the completions were sampled from) instead "
-                "of the untempered one: another update, whose overall scale Adam "
-                "absorbs but whose direction it does not"
+                "completions and advantages TRL's gradient per logit z is "
+                "A (e_y - pi_T) / T, the series' A (e_y - pi): scaled by "
+                f"1/T = {1 / t:.2f} and centred on the tempered distribution pi_T "
+                "(the one the completions were sampled from) instead of the "
+                "untempered pi, so not a multiple of the series': another update, "
+                "whose overall scale Adam absorbs but whose direction it does not"
                 + (
                     "; and the ratios TRL clips are of tempered probabilities"
                     if config.updates_per_batch > 1

@@ -173,7 +173,16 @@ cites(
 )
 
 # ---------------------------------------------------------------- the README
-cites("README.md", "## Results", "ablation", "same seed: {knobs summary}.")
+cites(
+    "README.md",
+    "## Results",
+    "ablation",
+    "same seed: {knobs summary}.",
+    "Dynamic sampling's steps sampled {dynamic sampling (DAPO): completions sampled} "
+    "completions; at the baseline's sampling budget it stood at {dynamic sampling "
+    "(DAPO): at the baseline's budget}: {dynamic sampling (DAPO): at the baseline's "
+    "budget, verdict}.",
+)
 cites("README.md", "## Results", "sampler", "same seed: {sampler summary}.")
 
 
@@ -296,7 +305,8 @@ def test_the_sampler_table_is_generated_from_the_ablation():
 def test_the_readme_table_is_generated_from_the_seed_records():
     """Every line of the README's results table is what ``facts.front_table``
     prints for the six unused final seeds, and the summary quotes
-    ``facts.seed_summary`` over them."""
+    ``facts.seed_summary`` over them: the t-interval of the mean and the
+    prediction interval for one new seed."""
     results = seed_results("worked-v2", UNUSED_SEEDS)
     assert all(r["split"] == "test" for r in results)
     text = page_section("README.md", "## Results")
@@ -304,14 +314,15 @@ def test_the_readme_table_is_generated_from_the_seed_records():
         line for line in facts.front_table(results).splitlines() if line not in text
     ]
     assert not missing, missing
-    parts = []
-    for grade in ("exact", "lenient"):
-        s = facts.seed_summary(results, grade)
-        parts.append(
-            f"{grade} {100 * s['mean']:+.0f} points [{100 * s['low']:+.0f}, "
-            f"{100 * s['high']:+.0f}]"
-        )
-    assert occurrences(_normal(text), " and ".join(parts)), parts
+    for low, high in (("low", "high"), ("next_low", "next_high")):
+        parts = []
+        for grade in ("exact", "lenient"):
+            s = facts.seed_summary(results, grade)
+            parts.append(
+                f"{grade} {100 * s['mean']:+.0f} points [{100 * s[low]:+.0f}, "
+                f"{100 * s[high]:+.0f}]"
+            )
+        assert occurrences(_normal(text), " and ".join(parts)), parts
 
 
 @pytest.mark.parametrize(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from fractions import Fraction
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -188,3 +189,27 @@ def test_k_curves_by_hand():
     assert curves.loc[2, "pass@k"] == pytest.approx((1 + 2 / 3) / 2)
     with pytest.raises(ValueError, match="num_samples > 1"):
         stats.k_curves(records.drop(columns="answers"))
+
+
+def test_the_prediction_interval_is_for_one_new_seed():
+    """mean +/- t * s * sqrt(1 + 1/n): sqrt(n + 1) times the t-interval's half
+    width, and it holds a new draw about 95% of the time where the t-interval
+    of the mean does not."""
+    from scipy import stats as scipy_stats
+
+    values = [0.30, 0.38, 0.44, 0.41, 0.35]
+    mean, low, high = stats.prediction_interval(values)
+    _, mean_low, _ = stats.t_interval(values)
+    n, sd = len(values), float(np.std(values, ddof=1))
+    half = scipy_stats.t.ppf(0.975, n - 1) * sd * math.sqrt(1 + 1 / n)
+    assert (low, high) == pytest.approx((mean - half, mean + half))
+    assert (mean - low) == pytest.approx((mean - mean_low) * math.sqrt(n + 1))
+    rng = np.random.default_rng(0)
+    draws = rng.normal(size=(4000, n + 1))
+    held = [
+        stats.prediction_interval(d[:n])[1]
+        <= d[n]
+        <= stats.prediction_interval(d[:n])[2]
+        for d in draws
+    ]
+    assert 0.93 < np.mean(held) < 0.97

@@ -200,3 +200,24 @@ def test_the_corrections_and_their_bounds_are_trls_read_from_trl():
     )
     trl.GRPOConfig(**settings)  # TRL takes every name
     assert settings["vllm_importance_sampling_mode"] == "token_mask"
+
+
+def test_the_tempered_gradient_per_logit_is_the_sentences():
+    """``run_notes``' temperature sentence: d log softmax(z / T)_y / dz is
+    (e_y - pi_T) / T, the series' d log softmax(z)_y / dz is e_y - pi, and the
+    two are not multiples of each other (autograd, on random logits)."""
+    import torch
+
+    t, y = 0.6, 2
+    z = torch.randn(7, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    z.requires_grad_(True)
+    (tempered,) = torch.autograd.grad(torch.log_softmax(z / t, -1)[y], z)
+    (plain,) = torch.autograd.grad(torch.log_softmax(z, -1)[y], z)
+    e_y = torch.nn.functional.one_hot(torch.tensor(y), 7).double()
+    detached = z.detach()
+    assert torch.allclose(tempered, (e_y - torch.softmax(detached / t, -1)) / t)
+    assert torch.allclose(plain, e_y - torch.softmax(detached, -1))
+    ratio = tempered / plain
+    assert not torch.allclose(ratio, ratio[0].expand_as(ratio))
+    note = dict(mapping.run_notes(GRPOConfig(temperature=t)))["temperature"]
+    assert "(e_y - pi_T) / T" in note and "not a multiple" in note
