@@ -503,6 +503,18 @@ class GRPOConfig:
         trl_how="refused when > 0: TRL 1.16 has no dynamic sampling (its request, "
         "trl#3708, is open)",
     )
+    max_steps_off_policy: int = knob(
+        0,
+        "async loop: how many updates the sampler's weights may lag the "
+        "trainer's (0: each step samples from the current weights; 1: step k+1 is "
+        "sampled while step k trains, from the weights before its update)",
+        at_least=0,
+        at_most=1,
+        why="the async loop keeps at most one step in flight",
+        group="objective",
+        trl_how="refused when > 0: TRL samples each generation from the weights "
+        "at its start, with no setting for a sampler one update behind",
+    )
     # When the sampler is not the trainer (notebook 11): which logprobs the ratio
     # divides by, and the corrections of the gap between the two.
     sampler_logprobs: str = knob(

@@ -14,8 +14,11 @@ data flows:
    logprobs are not the ones the update divides by, a ``forward`` at the sampler's
    weights first scores the Datums with the trainer (:func:`rescore`): the
    trainer's logprobs, a correction's weights (TIS, MIS), GSPO's sequence ratio;
-5. the metrics of the update: the ratios, and how far the sampler's logprobs were
-   from the trainer's at the same weights (``step_math.mismatch_metrics``).
+5. the metrics of the update: the ratios, how far the sampler's logprobs were
+   from the trainer's at the same weights (``step_math.mismatch_metrics``), and,
+   when the sampler's weights were behind the trainer's (the async loop's
+   ``max_steps_off_policy``), how far the trainer moved since
+   (``step_math.staleness_metrics``).
 
 :func:`train_on_groups` runs the five in turn and returns an :class:`Outcome`.
 Everything here speaks PyTRIO's sync client API, so it runs on any engine; the
@@ -44,6 +47,7 @@ from grpo_helpers.step_math import (
     ratio_metrics,
     reference_inputs,
     sequence_ratio_datums,
+    staleness_metrics,
     teaching,
     with_sampler_logprobs,
 )
@@ -191,11 +195,14 @@ def update_metrics(
     outputs: list[tuple[list[trio.Datum], Any, Any]],
     sampled: list[trio.Datum],
     scored: Any,
+    staleness: int = 0,
 ) -> dict[str, float]:
-    """The ratios of every update (``step_math.ratio_metrics``) and the
-    sampler/trainer gap at the sampler's weights: from the rescoring ``forward``
-    when there was one, else from the first ``forward_backward`` (it runs before
-    any ``optim_step`` of the step)."""
+    """The ratios of every update (``step_math.ratio_metrics``), the
+    sampler/trainer gap at the sampler's weights (from the rescoring ``forward``
+    when there was one, else from the first ``forward_backward``, which runs before
+    any ``optim_step`` of the step), and the gap from staleness: the first
+    ``forward_backward`` against ``scored`` when the sampler's weights were
+    ``staleness`` updates behind (0: none, by construction)."""
     if config.ratio_level == "sequence":  # each update trained its own Datums
         per_update = [
             ratio_metrics([fb], datums, config.clip_low, config.clip_high)
@@ -217,6 +224,7 @@ def update_metrics(
         **ratios,
         "updates": float(len(outputs)),
         **mismatch_metrics(sampled, at_sampler, config.is_clip_min, config.is_clip_max),
+        **staleness_metrics(sampled, at_sampler, outputs[0][1], staleness),
     }
 
 
@@ -225,6 +233,8 @@ def train_on_groups(
     client: Any,
     reference: Any,
     groups: list[PromptGroup],
+    at_sampler: Any = None,
+    staleness: int = 0,
 ) -> Outcome:
     """Everything a step does after sampling: choose the groups, the reference
     logprobs, the Datums, rescoring where needed, the updates and their metrics.
@@ -232,18 +242,27 @@ def train_on_groups(
     Args:
         config: the run's settings.
         client: the ``TrainingClient`` (its weights are the sampler's until the
-            first ``optim_step`` here).
+            first ``optim_step`` here, unless ``at_sampler`` is given).
         reference: a ``SamplingClient`` of the base model (KL), or None.
         groups: every group the step sampled, graded.
+        at_sampler: a ``TrainingClient`` at the sampler's weights when they are
+            ``staleness`` updates behind ``client``'s (the async loop's
+            ``max_steps_off_policy``): what is scored "at the sampler's weights"
+            (rescoring, the mismatch) is scored there, and the gap from staleness
+            is measured against it; None: ``client``'s weights are the sampler's.
     """
     trained = choose_groups(groups, config.batch_size, config.dynamic_sampling)
     reference_lps = reference_logprobs(reference, trained)
     sampled, objective = step_datums(config, trained, reference_lps)
-    if not sampled:
-        return Outcome(trained, sampled, objective=objective)
-    datums, scored, correction = rescore(client, config, sampled)
+    if not sampled:  # no update: only how old the samples were is known
+        return Outcome(trained, sampled, objective=objective | {"staleness": staleness})
+    datums, scored, correction = rescore(at_sampler or client, config, sampled)
+    if scored is None and at_sampler is not None:
+        scored = _forward(at_sampler, config, sampled)
     outputs = update(client, config, datums, sampled)
-    objective |= correction | update_metrics(config, outputs, sampled, scored)
+    objective |= correction | update_metrics(
+        config, outputs, sampled, scored, staleness
+    )
     first_datums, first_fb, first_optim = outputs[0]
     return Outcome(
         trained,

@@ -70,6 +70,10 @@ MISMATCH_METRICS = (
     "mismatch_kl",
     "mismatch_outside",
 )
+#: The gap from staleness (the async loop's ``max_steps_off_policy``): the trainer's
+#: logprobs now against its logprobs at the sampler's (older) weights, on the sampled
+#: tokens; and how many updates the sampler's weights were behind. 0 on-policy.
+STALENESS_METRICS = ("staleness", "stale_mean", "stale_max", "stale_kl")
 #: Metrics of the objective's knobs (notebooks 09 and 11); NaN when not measured.
 OBJECTIVE_METRICS = (
     "ratio_mean",
@@ -79,6 +83,7 @@ OBJECTIVE_METRICS = (
     "updates",
     *MISMATCH_METRICS,
     "is_weight_mean",
+    *STALENESS_METRICS,
 )
 
 
@@ -339,6 +344,59 @@ def mismatch_metrics(
         "mismatch_max": float(np.max(np.abs(gap))),
         "mismatch_kl": float(np.mean(ratio - 1 - gap)),
         "mismatch_outside": float(np.mean((ratio > clip_max) | (ratio < low))),
+    }
+
+
+def staleness_metrics(
+    datums: Sequence[trio.Datum], at_sampler: Any, now: Any, staleness: int
+) -> dict[str, float]:
+    """How far the trainer moved since the sampler's weights, on the sampled tokens:
+    the gap from staleness, apart from the sampler's numerics
+    (:func:`mismatch_metrics`, at the sampler's weights). The two add up, token by
+    token, to the gap the update's ratio sees: log pi_now - log pi_sampler =
+    (log pi_now - log pi_trainer_then) + (log pi_trainer_then - log pi_sampler).
+
+    Args:
+        datums: the step's Datums.
+        at_sampler: the trainer's output on them at the sampler's weights.
+        now: the trainer's output on them at its current weights (the first
+            ``forward_backward``).
+        staleness: how many updates the sampler's weights were behind.
+
+    Returns:
+        ``staleness``; ``stale_mean`` and ``stale_max``: the mean and largest
+        ``|log pi_now - log pi_then|``; ``stale_kl``: Schulman's k3 estimate of
+        KL(then || now) from the tokens drawn.
+
+    Example: one token whose logprob rose by log 2 since the sampler's weights.
+
+    >>> import math
+    >>> from types import SimpleNamespace
+    >>> from grpo_helpers.datum import RolloutSample, build_grpo_datum
+    >>> d = build_grpo_datum([1], RolloutSample([5], [-1.0], "", 1, 0.5))
+    >>> then = SimpleNamespace(loss_fn_outputs=[{"logprobs": np.array([-1.0])}])
+    >>> now = SimpleNamespace(
+    ...     loss_fn_outputs=[{"logprobs": np.array([-1.0 + math.log(2)])}])
+    >>> m = staleness_metrics([d], then, now, 1)
+    >>> round(m["stale_max"], 4), round(m["stale_kl"], 4)
+    (0.6931, 0.3069)
+    """
+    gaps = [
+        (_values(b["logprobs"]) - _values(a["logprobs"]))[completion_positions(d)]
+        for d, a, b in zip(
+            datums, at_sampler.loss_fn_outputs, now.loss_fn_outputs, strict=True
+        )
+    ]
+    gap = np.concatenate(gaps) if gaps else np.zeros(0)
+    if gap.size == 0:
+        return {"staleness": float(staleness)} | {
+            key: math.nan for key in STALENESS_METRICS[1:]
+        }
+    return {
+        "staleness": float(staleness),
+        "stale_mean": float(np.mean(np.abs(gap))),
+        "stale_max": float(np.max(np.abs(gap))),
+        "stale_kl": float(np.mean(np.exp(gap) - 1 - gap)),
     }
 
 

@@ -165,12 +165,14 @@ class _Run:
         return range(self.run.start_step, self.num_steps)
 
     def batch(
-        self, step: int, round_: int = 0
+        self, step: int, round_: int = 0, ahead: int = 0
     ) -> list[tuple[int, dict[str, Any], list[int], str]]:
         """(row index, row, prompt tokens, gold answer) for the step's prompts:
         its batch of questions (``round_`` 0) or dynamic sampling's extra batch
-        ``round_``, the next questions of the split in the run's order."""
-        number = step if self.config.all_data else self.position + round_
+        ``round_``, the next questions of the split in the run's order; ``ahead``:
+        the batches the step before will have drawn when this one is sampled while
+        it trains (the async loop's ``max_steps_off_policy``)."""
+        number = step if self.config.all_data else self.position + ahead + round_
         indices = batch_indices(
             len(self.train_data), number, self.config.batch_size, self.config.all_data
         )
@@ -364,6 +366,12 @@ def train_sync(
     Returns:
         A ``TrainResult``: metrics (one row per step), final weights path, run dir.
     """
+    if config.max_steps_off_policy:
+        raise ValueError(
+            f"max_steps_off_policy={config.max_steps_off_policy}: the sync loop "
+            "samples every step from the current weights; train with the async loop "
+            "(train_async, or train(config, mode='async')), or set it to 0"
+        )
     loop = _Run(
         config,
         service,
@@ -420,7 +428,7 @@ def _sample_groups(
 
 
 async def _sample_groups_async(
-    loop: _Run, sampler: Any, step: int, round_: int = 0
+    loop: _Run, sampler: Any, step: int, round_: int = 0, ahead: int = 0
 ) -> list[PromptGroup]:
     """One group of completions per prompt of ``step``'s batch ``round_``, sampled
     at once.
@@ -429,7 +437,7 @@ async def _sample_groups_async(
     input order, so the groups line up with the batch.
     """
     config = loop.config
-    batch = loop.batch(step, round_)
+    batch = loop.batch(step, round_, ahead)
     with tqdm(
         total=len(batch),
         desc=loop.label(step, round_),
@@ -474,7 +482,12 @@ async def train_async(
     engine batches them into one generation). The rest of the step is the sync
     loop's (:func:`grpo_helpers.step.train_on_groups`, which submits
     ``forward_backward`` and ``optim_step`` before waiting on either), run in a
-    worker thread. Same arguments and result as :func:`train_sync`. In a notebook:
+    worker thread. With ``config.max_steps_off_policy = 1`` the loop is one step
+    off-policy: step k+1 is sampled while step k trains, from the weights before
+    step k's update, and its Datums are scored at those weights too (the gap from
+    staleness apart from the sampler's numerics: ``step_math.staleness_metrics``).
+    A resumed run samples its first step from the weights it resumed at. Same
+    arguments and result as :func:`train_sync`. In a notebook:
     ``result = await train_async(config)``; in a script:
     ``asyncio.run(train_async(config))``.
     """
@@ -487,24 +500,67 @@ async def train_async(
         on_step=on_step,
     )
     client = loop.training_client
-    for step in loop.steps():
-        started = time.perf_counter()
-        sampler = await client.save_weights_and_get_sampling_client_async()
-        groups = await _sample_groups_async(loop, sampler, step)
-        rounds, refill_started = 0, time.perf_counter()
-        while loop.needs_more(groups, rounds):  # dynamic sampling: another batch
-            rounds += 1
-            groups += await _sample_groups_async(loop, sampler, step, rounds)
-        sampled = loop.sampled(started, refill_started, rounds)
-        # The step after sampling is the sync loop's, in a worker thread: nothing
-        # else of this loop runs meanwhile, and the event loop stays free.
+    steps = list(loop.steps())
+    in_flight: asyncio.Task | None = None  # the next step, sampled meanwhile
+    behind: Any = None  # a TrainingClient at the in-flight step's sampler's weights
+    for k, step in enumerate(steps):
+        if in_flight is None:  # on-policy: sample from the current weights
+            sampler = await client.save_weights_and_get_sampling_client_async()
+            groups, rounds, sampled = await _sample_step_async(loop, sampler, step)
+            staleness, at_sampler = 0, None
+        else:  # sampled while the last step trained, from the weights before it
+            groups, rounds, sampled = await in_flight
+            staleness, at_sampler = config.max_steps_off_policy, behind
+        in_flight, saved = None, None
+        if config.max_steps_off_policy and k + 1 < len(steps):
+            # the next step samples from these weights while this step trains
+            saved = await client.save_state_async(
+                f"sampler-weights-{step % 2}", overwrite=True
+            )
+            sampler = await client.save_weights_and_get_sampling_client_async()
+            in_flight = asyncio.create_task(
+                _sample_step_async(loop, sampler, steps[k + 1], 1 + rounds)
+            )
+        # The step after sampling is the sync loop's, in a worker thread: the
+        # event loop stays free (for the next step's sampling, when it is in flight).
         outcome = await asyncio.to_thread(
-            train_on_groups, config, client, loop.reference, groups
+            train_on_groups,
+            config,
+            client,
+            loop.reference,
+            groups,
+            at_sampler,
+            staleness,
         )
+        if saved is not None:  # the next step's Datums are scored at those weights
+            behind = None  # its adapter goes before the next one is made
+            behind = await _training_client_at(loop, (await saved).path)
         loop.finish_step(step, groups, outcome, rounds, sampled)
         await asyncio.to_thread(loop.checkpoint, step)
     future = await client.save_weights_for_sampler_async(name=config.weights_name)
     return loop.finish((await future).path)
+
+
+async def _sample_step_async(
+    loop: _Run, sampler: Any, step: int, ahead: int = 0
+) -> tuple[list[PromptGroup], int, dict[str, float]]:
+    """A step's groups, every prompt at once, with dynamic sampling's extra batches:
+    (the groups, the extra batches, when sampling started and ended); ``ahead``:
+    the batches the step before draws (:meth:`_Run.batch`)."""
+    started = time.perf_counter()
+    groups = await _sample_groups_async(loop, sampler, step, 0, ahead)
+    rounds, refill_started = 0, time.perf_counter()
+    while loop.needs_more(groups, rounds):  # dynamic sampling: another batch
+        rounds += 1
+        groups += await _sample_groups_async(loop, sampler, step, rounds, ahead)
+    return groups, rounds, loop.sampled(started, refill_started, rounds)
+
+
+async def _training_client_at(loop: _Run, path: str) -> Any:
+    """A new TrainingClient at the weights saved in ``path`` (``save_state``),
+    through the client API, so on any engine (the last one's adapter is freed when
+    it is dropped)."""
+    return await loop.service.create_training_client_from_state_async(path)
 
 
 async def _counted(coroutine: Any, bar: Any) -> Any:

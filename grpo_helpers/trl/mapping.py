@@ -183,6 +183,15 @@ def refusals(config: GRPOConfig) -> list[tuple[str, str]]:
                 "sampler_precision='float32'",
             )
         )
+    if config.max_steps_off_policy > 0:
+        out.append(
+            (
+                "max_steps_off_policy",
+                "TRL samples each generation from the weights at its start: it has "
+                "no setting for a sampler one update behind the trainer. Export "
+                "with max_steps_off_policy=0",
+            )
+        )
     if config.dynamic_sampling > 0:
         out.append(
             (
