@@ -66,6 +66,7 @@ def loop(
     decode: bool = False,
     with_step: bool = True,
     masks: bool = True,
+    datums_counted: str = "datums",
 ) -> Any:
     """The loop with the choices made; ``optim``: "step" (right), "group" or
     "none"; ``reward``: a reward name instead of the run's, or "grade_answer"."""
@@ -182,7 +183,9 @@ def loop(
                 "reward_mean": float(np.mean(step_rewards)),
                 "accuracy": float(np.mean(exact)),
                 "frac_degenerate": degenerate / len(indices),
-                "datums": sum(len(g) for g in batch),
+                "datums": sum(len(g) for g in batch)
+                if datums_counted == "datums"
+                else len(batch),
             }
             history.append(({"step": step} if with_step else {}) | row)
         return history
@@ -202,6 +205,7 @@ WRONG_LOOPS = {
     "notebook 05's shown_work where the run's reward is another": loop(
         reward="shown_work"
     ),
+    "the datums metric counts the groups sent": loop(datums_counted="groups"),
 }
 
 
@@ -275,6 +279,7 @@ WRONG_HINTS = {
     "one group at a time, an optim_step after each": "middle of the step",
     "every prompt sampled with the run's seed": "sampling seed is not its own",
     "one forward_backward per group, then one optim_step": "split into 2",
+    "the datums metric counts the groups sent": "datums differs from train_sync's",
 }
 
 #: Right loops written otherwise (the Datums in another order would fail a check that
