@@ -499,83 +499,19 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
         nargs="?",
         help="a folder with one sub-folder per student",
     )
-    p.add_argument(
-        "--check-sandbox",
-        action="store_true",
-        help="say which bubblewrap grading uses and whether its sandbox works "
-        "here, then stop (exit code 1 when it does not)",
-    )
-    p.add_argument(
-        "--no-sandbox",
-        action="store_true",
-        help="run the submissions without a sandbox, as your user, where they can "
-        "read, write and reach what you can: only inside a container or a machine "
-        "that holds nothing else (it warns on every run)",
-    )
-    p.add_argument(
-        "--memory-mb",
-        type=int,
-        default=4096,
-        help="private memory of each process of a kernel, in MiB (default 4096)",
-    )
-    p.add_argument(
-        "--max-processes",
-        type=int,
-        default=1024,
-        help="processes (in the sandbox, and threads) one kernel may run "
-        "(default 1024)",
-    )
-    p.add_argument(
-        "--course",
-        default=str(SETTINGS.project_root / "build" / "grading"),
-        help="the course directory of `student` (default build/grading); "
-        "grades.csv, autograded/ and feedback/ are written there",
-    )
-    p.add_argument(
-        "--feedback",
-        action="store_true",
-        help="write each student's feedback notebook as HTML to "
-        "<course>/feedback/<student>/ (nbgrader's generate_feedback)",
-    )
-    p.add_argument(
-        "--function-seconds",
-        type=float,
-        default=60,
-        help="seconds the learner's code gets in each check and each call of a "
-        "hidden test (default 60)",
-    )
-    p.add_argument(
-        "--cell-seconds",
-        type=int,
-        default=900,
-        help="seconds a cell may run before it is interrupted (default 900)",
-    )
-    p.add_argument(
-        "--notebook-seconds",
-        type=float,
-        default=1800,
-        help="seconds one notebook may run in all (default 1800)",
-    )
-    p.add_argument(
-        "--total-seconds",
-        type=float,
-        default=3600,
-        help="seconds for all of one student's notebooks (default 3600)",
-    )
-    p.add_argument(
-        "--workers",
-        type=int,
-        default=1,
-        help="students graded at the same time, one process each (default 1)",
-    )
+    from grpo_helpers.classroom.grade_settings import GradeConfig
+
+    add_arguments(p, GradeConfig)
 
 
 def cmd_grade(args: argparse.Namespace) -> int:
     """``grpo grade``: grade handed-in notebooks and write ``grades.csv``."""
     from grpo_helpers.classroom import grading, sandbox
+    from grpo_helpers.classroom.grade_settings import GradeConfig
 
-    if args.check_sandbox:
-        found = sandbox.check([SETTINGS.project_root, Path(args.course)])
+    config = from_arguments(args, GradeConfig)
+    if config.check_sandbox:
+        found = sandbox.check([SETTINGS.project_root, Path(config.course)])
         print(found.report())
         return 0 if found.works else 1
     if args.submissions is None:
@@ -584,19 +520,7 @@ def cmd_grade(args: argparse.Namespace) -> int:
     if not submissions.is_dir():
         raise ValueError(f"{submissions} is not a folder of student sub-folders")
     try:
-        grades = grading.grade(
-            submissions,
-            Path(args.course),
-            function_seconds=args.function_seconds,
-            cell_seconds=args.cell_seconds,
-            total_seconds=args.total_seconds,
-            feedback=args.feedback,
-            workers=args.workers,
-            sandbox=not args.no_sandbox,
-            memory_mb=args.memory_mb,
-            max_processes=args.max_processes,
-            notebook_seconds=args.notebook_seconds,
-        )
+        grades = grading.grade(submissions, Path(config.course), config)
     except grading.SandboxUnavailable as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -605,9 +529,9 @@ def cmd_grade(args: argparse.Namespace) -> int:
         return 1
     totals = grades[grades["exercise"] == grading.TOTAL]
     print(totals[["student", "points", "max_points"]].to_string(index=False))
-    print(f"Per exercise: {Path(args.course) / 'grades.csv'}")
-    if args.feedback:
-        print(f"Feedback: {Path(args.course) / 'feedback'}")
+    print(f"Per exercise: {Path(config.course) / 'grades.csv'}")
+    if config.feedback:
+        print(f"Feedback: {Path(config.course) / 'feedback'}")
     return 0
 
 

@@ -151,15 +151,8 @@ class SandboxUnavailable(RuntimeError):
 def grade(
     submissions: Path,
     course_dir: Path | None = None,
-    function_seconds: float = 60,
-    cell_seconds: int = 900,
-    total_seconds: float = 3600,
-    feedback: bool = False,
-    workers: int = 1,
-    sandbox: bool = True,
-    memory_mb: int = 4096,
-    max_processes: int = 1024,
-    notebook_seconds: float = 1800,
+    settings: Any = None,
+    **changes: Any,
 ) -> Any:
     """Grade handed-in notebooks; write and return the grades.
 
@@ -170,19 +163,16 @@ def grade(
             :func:`grpo_helpers.classroom.course.build_student` (default
             ``build/grading``; built first when missing, with the student edition in its
             default place).
-        function_seconds: seconds per call of a learner's function by a check or
-            a hidden test.
-        cell_seconds: seconds a cell may run before nbgrader interrupts it.
-        total_seconds: seconds for all of one student's notebooks.
-        feedback: also write each student's feedback (HTML, nbgrader's
-            ``generate_feedback``) to ``course_dir/feedback/<student>/``.
-        workers: students graded at the same time (one process each).
-        sandbox: run each kernel in a sandbox (:mod:`grpo_helpers.classroom.sandbox`);
-            False only where the submissions cannot reach anything (a container
-            or a machine of their own): it warns.
-        memory_mb: private memory of each process of a kernel, in MiB.
-        max_processes: processes (and, in the sandbox, threads) a kernel may run.
-        notebook_seconds: seconds one notebook may run in all.
+        settings: a :class:`~grpo_helpers.classroom.grade_settings.GradeConfig`
+            (default: its defaults): the time limits (``function_seconds`` per call
+            of a learner's function by a check or a hidden test, ``cell_seconds``,
+            ``notebook_seconds``, ``total_seconds`` per student), ``feedback``
+            (each student's HTML feedback in ``course_dir/feedback/<student>/``),
+            ``workers`` (students at once), ``sandbox`` (False only where the
+            submissions cannot reach anything: it warns), and the kernel's
+            ``memory_mb`` and ``max_processes``.
+        **changes: fields of ``settings`` to change, by name
+            (``function_seconds=5``), each checked.
 
     Returns:
         A DataFrame with ``student, notebook, exercise, points, max_points, passed,
@@ -195,15 +185,23 @@ def grade(
         ``course_dir/autograded/<student>/``.
 
     Raises:
-        SandboxUnavailable: ``sandbox`` is True and a sandbox does not work here
+        SandboxUnavailable: ``settings.sandbox`` is True and a sandbox does not work
             (the message says why and what to do).
     """
+    from dataclasses import replace
+
     import pandas as pd
 
     from grpo_helpers.classroom import course
     from grpo_helpers.classroom import sandbox as box
+    from grpo_helpers.classroom.grade_settings import GradeConfig
     from grpo_helpers.settings import SETTINGS
 
+    config = replace(settings or GradeConfig(), **changes)
+    sandbox, feedback, workers = config.sandbox, config.feedback, config.workers
+    memory_mb, max_processes = config.memory_mb, config.max_processes
+    cell_seconds, function_seconds = config.cell_seconds, config.function_seconds
+    notebook_seconds, total_seconds = config.notebook_seconds, config.total_seconds
     submissions = Path(submissions)
     course_dir = Path(course.COURSE if course_dir is None else course_dir)
     protected = [course.ROOT, course_dir, submissions]
