@@ -200,7 +200,9 @@ def plot_mismatch(
 ) -> plt.Axes:
     """How far each run's sampler was from its trainer, per step: the mean
     ``|log pi_sampler - log pi_trainer|`` on the sampled tokens (``mismatch_mean``,
-    notebook 11), on a log scale. A run recorded before it was logged, or a step
+    notebook 11), on a log scale; and, for a run one step off-policy (the async
+    loop's ``max_steps_off_policy``), the gap from staleness beside it
+    (``stale_mean``, dashed). A run recorded before they were logged, or a step
     that trained nothing, has no point.
 
     Args:
@@ -210,9 +212,15 @@ def plot_mismatch(
     ax = _axes(ax)
     for label, metrics in runs.items():
         df = _metrics(metrics)
-        if "mismatch_mean" not in df or not df["mismatch_mean"].notna().any():
-            continue
-        ax.plot(df["step"], df["mismatch_mean"], "o-", ms=3, label=label)
+        for column, style, what in (
+            ("mismatch_mean", "o-", "numerics"),
+            ("stale_mean", "s--", "staleness"),
+        ):
+            values = df.get(column)
+            if values is None or not (values > 0).any():
+                continue  # not logged, or none (on-policy: staleness is 0)
+            name = label if column == "mismatch_mean" else f"{label}: {what}"
+            ax.plot(df["step"], values.where(values > 0), style, ms=3, label=name)
     ax.set(
         yscale="log",
         xlabel="step",
@@ -420,6 +428,9 @@ class LivePlot:
             alone (reward, accuracy and degenerate groups on one axes).
         label: this run's legend entry.
         lengths: with no reference, also draw completion lengths.
+        mismatch: with no reference, also draw the sampler/trainer gap per step
+            (:func:`plot_mismatch`: notebook 11's numerics, and the staleness of
+            an off-policy run).
         window: steps in the rolling mean (with a reference).
         caption: a line under the figure (the recorded run's command, date and
             machine: ``RecordedRun.caption``), so the legend stays short.
@@ -434,11 +445,13 @@ class LivePlot:
         reference: Mapping[str, pd.DataFrame] | None = None,
         label: str = "your run",
         lengths: bool = False,
+        mismatch: bool = False,
         window: int = 5,
         caption: str | None = None,
         band: tuple[str, pd.DataFrame] | None = None,
     ) -> None:
         self.band = band
+        self.mismatch = mismatch
         self.reference = dict(reference or {})
         self.caption = caption
         self.label = label
@@ -458,7 +471,7 @@ class LivePlot:
             if self.caption:
                 add_caption(axes[0].figure, self.caption)
             return axes[0].figure
-        ncols = 2 if self.lengths else 1
+        ncols = 1 + self.lengths + self.mismatch
         fig, axes = plt.subplots(
             1,
             ncols,
@@ -466,9 +479,12 @@ class LivePlot:
             layout="constrained",
             squeeze=False,
         )
-        plot_training_curves(metrics, ax=axes[0][0])
+        panels = iter(axes[0])
+        plot_training_curves(metrics, ax=next(panels))
         if self.lengths:
-            plot_completion_lengths(metrics, ax=axes[0][1])
+            plot_completion_lengths(metrics, ax=next(panels))
+        if self.mismatch:
+            plot_mismatch({self.label: metrics}, ax=next(panels))
         return fig
 
     def __call__(self, metrics: pd.DataFrame) -> None:
