@@ -30,8 +30,10 @@ first layer that differs is the hint (never a wanted value):
    loss): which completions are sent (degenerate groups, ``mask_truncated``),
    their tokens, logprobs and advantages;
 5. the updates: the loss, one ``optim_step`` per step with ``AdamParams``, the
-   weights after it. Several ``forward_backward`` calls before one ``optim_step``
-   are one update (the loss is a sum), but summed in another order: the weights
+   weights after it (read through the client API, as the logprobs a ``forward``
+   gives on :data:`PROBE`; the start, as the training client's arguments).
+   Several ``forward_backward`` calls before one ``optim_step`` are one update
+   (the loss is a sum), but summed in another order: the weights
    differ in float32's last bits and a sampled token can flip a step later; the
    hint then says so (:data:`SPLIT_UPDATE`) and asks for one call.
 
@@ -57,6 +59,7 @@ Introduced in: 10_grpo_whole.ipynb
 
 from __future__ import annotations
 
+import inspect
 import math
 import tempfile
 from collections import Counter
@@ -109,8 +112,11 @@ FORBIDDEN = (
     "grpo_helpers.rollout.run_rollout_group",
     "grpo_helpers.rollout.samples_from_response",
 )
-#: Weights after an update agree to float32's reach of the same sums.
-WEIGHT_TOLERANCE = 1e-4
+#: The weights after an update are compared through the client API: the logprobs a
+#: ``forward`` gives on :data:`PROBE` agree to float32's reach of the same sums.
+PROBE_TOLERANCE = 1e-5
+#: The text scored after every update (its tokens after the first).
+PROBE = "Q: Ann has 3 apples and buys 4 more. How many now?\nA: 3 + 4 = 7. \\boxed{7}"
 #: The sampling parameters compared, beside the seed.
 PARAMS = ("max_tokens", "temperature", "top_p", "top_k", "stop")
 
@@ -157,7 +163,7 @@ class _Update:
     """One ``optim_step``: the Datums sent since the last one, and the weights after."""
 
     datums: list[Any]
-    weights: dict[str, Any]
+    probe: Any  # the logprobs of PROBE after it
     adam: Any
     samples: int  # sample calls before it
     calls: int = 1  # forward_backward calls it summed
@@ -168,7 +174,7 @@ class _Log:
     """Everything one loop sent to the engine."""
 
     clients: int = 0
-    start_weights: dict[str, Any] = field(default_factory=dict)
+    client_call: dict[str, Any] = field(default_factory=dict)  # its arguments
     tokenizer: Any = None
     samples: list[_Sample] = field(default_factory=list)
     sent: list[tuple[int, Any]] = field(default_factory=list)  # (samples, Datum)
@@ -252,9 +258,18 @@ class _Sampler:
         return getattr(self._inner, name)
 
 
-def _weights(client: Any) -> dict[str, Any]:
-    host, adapter = client._host, client._adapter
-    return {k: p.detach().clone() for k, p in host.parameters(adapter).items()}
+def _probe(client: Any, tokenizer: Any) -> Any:
+    """What the client's weights say on :data:`PROBE`: its logprobs, through the
+    client API (``forward``, no gradient), so on any engine."""
+    import pytrio as trio
+
+    from grpo_helpers.datum import RolloutSample, build_grpo_datum
+
+    tokens = list(tokenizer.encode(PROBE, add_special_tokens=False))
+    sample = RolloutSample(tokens[1:], [0.0] * (len(tokens) - 1), PROBE, 0.0, 0.0)
+    probe: trio.Datum = build_grpo_datum(tokens[:1], sample)
+    out = client.forward([probe], loss_fn="importance_sampling").result()
+    return np.asarray(out.loss_fn_outputs[0]["logprobs"].tolist(), dtype=float)
 
 
 class _Trainer:
@@ -278,7 +293,7 @@ class _Trainer:
         log.updates.append(
             _Update(
                 log.pending,
-                _weights(self._inner),
+                _probe(self._inner, log.tokenizer),
                 adam,
                 len(log.samples),
                 log.pending_calls,
@@ -315,7 +330,11 @@ class _Service:
         log.clients += 1
         inner = self._inner.create_lora_training_client(*args, **kwargs)
         if log.clients == 1:
-            log.start_weights = _weights(inner)
+            call = inspect.signature(self._inner.create_lora_training_client).bind(
+                *args, **kwargs
+            )
+            call.apply_defaults()
+            log.client_call = dict(call.arguments)
             log.tokenizer = inner.get_tokenizer()
         return _Trainer(inner, log)
 
@@ -651,13 +670,6 @@ def _datums_hint(step: int, matched: dict, ref: _Reference) -> str:
     return ""
 
 
-def _rel_err(x: Any, y: Any) -> float:
-    """``|x - y| / |y|`` of two tensors (0 when both are 0)."""
-    scale = float(y.norm())
-    gap = float((x - y).norm())
-    return gap / scale if scale > 0 else gap
-
-
 def _updates_hint(step: int, got: list[_Update], ref: _Reference, log: _Log) -> str:
     """Layer 5: ``""`` or what differs in the step's updates."""
     want = [u for u in ref.log.updates if _step_of(u.samples) == step]
@@ -681,10 +693,7 @@ def _updates_hint(step: int, got: list[_Update], ref: _Reference, log: _Log) -> 
             return "optim_step came after other Datums than train_sync's update"
         if mine.adam != theirs.adam:
             return "optim_step did not get run_config.adam_params"
-        worst = max(
-            _rel_err(mine.weights[k], theirs.weights[k]) for k in theirs.weights
-        )
-        if not worst <= WEIGHT_TOLERANCE:
+        if not np.allclose(mine.probe, theirs.probe, rtol=0, atol=PROBE_TOLERANCE):
             return (
                 "the same Datums, but the weights after optim_step differ from "
                 "train_sync's: forward_backward over them, then "
@@ -745,18 +754,18 @@ def compare(learner: _Log, ref: _Reference, history: Any) -> str:
     layer and step by step, as a hint ("" when there is none)."""
     if not learner.clients:
         return "your loop made no training client (service.create_lora_training_client)"
-    start = ref.log.start_weights
-    same_shapes = learner.start_weights.keys() == start.keys() and all(
-        learner.start_weights[k].shape == w.shape for k, w in start.items()
-    )
-    if not same_shapes or any(
-        _rel_err(learner.start_weights[k], w) > WEIGHT_TOLERANCE
-        for k, w in start.items()
-    ):
+    differ = [
+        name
+        for name, value in ref.log.client_call.items()
+        if learner.client_call.get(name) != value
+    ]
+    if differ:
         return (
-            "the policy starts from other LoRA weights than train_sync's: "
-            "create_lora_training_client(base_model=run_config.model_name, "
-            "rank=run_config.lora_rank, seed=run_config.seed)"
+            "step 0: the policy starts from other LoRA weights than train_sync's (its "
+            f"{', '.join(differ)} {'differs' if len(differ) == 1 else 'differ'}): "
+            "create_lora_training_client("
+            "base_model=run_config.model_name, rank=run_config.lora_rank, "
+            "seed=run_config.seed)"
         )
     steps, batch = ref.config.steps, ref.config.batch_size
     rows = _rows(history, steps)

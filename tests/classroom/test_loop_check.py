@@ -113,3 +113,24 @@ def test_exercise_3_checks_the_masking_and_exercise_1_does_not(capsys):
     hint = capsys.readouterr().out
     assert "with run_config.mask_truncated=True" in hint
     assert "cut off at max_tokens" in hint
+
+
+def test_the_weights_after_an_update_are_compared_through_a_forward():
+    """The update layer reads the weights as the logprobs a ``forward`` gives on
+    the probe text: a gap past float32's reach is named, one within it is not."""
+    import numpy as np
+
+    probe = np.array([-1.0, -2.0, -0.5])
+    ref = loop_check._Reference(
+        loop_check.check_config("unused"),
+        loop_check._Log(updates=[loop_check._Update([], probe, "adam", 1)]),
+        [],
+        [],
+    )
+
+    def hint(shift: float) -> str:
+        mine = loop_check._Update([], probe + shift, "adam", 1)
+        return loop_check._updates_hint(0, [mine], ref, loop_check._Log())
+
+    assert hint(1e-7) == ""
+    assert "weights after optim_step differ" in hint(1e-3)

@@ -67,6 +67,7 @@ def loop(
     with_step: bool = True,
     masks: bool = True,
     datums_counted: str = "datums",
+    seed_offset: int = 0,
 ) -> Any:
     """The loop with the choices made; ``optim``: "step" (right), "group" or
     "none"; ``reward``: a reward name instead of the run's, or "grade_answer"."""
@@ -80,7 +81,7 @@ def loop(
             tc = service.create_lora_training_client(
                 base_model=run_config.model_name,
                 rank=run_config.lora_rank,
-                seed=run_config.seed,
+                seed=run_config.seed + seed_offset,
             )
         tokenizer = tc.get_tokenizer()
         if reward == "grade_answer":
@@ -206,6 +207,7 @@ WRONG_LOOPS = {
         reward="shown_work"
     ),
     "the datums metric counts the groups sent": loop(datums_counted="groups"),
+    "the policy made with another seed": loop(seed_offset=1),
 }
 
 
@@ -280,6 +282,7 @@ WRONG_HINTS = {
     "every prompt sampled with the run's seed": "sampling seed is not its own",
     "one forward_backward per group, then one optim_step": "split into 2",
     "the datums metric counts the groups sent": "datums differs from train_sync's",
+    "the policy made with another seed": "(its seed differs)",
 }
 
 #: Right loops written otherwise (the Datums in another order would fail a check that
