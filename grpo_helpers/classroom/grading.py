@@ -118,6 +118,11 @@ DRIVER_MODULES = ("grading", "grading_guard", "hidden_tests", "sandbox")
 #: The kernel that runs a submission in its sandbox (a kernelspec the grading
 #: process writes for each student).
 KERNEL_NAME = "grpo-sandbox"
+#: The kernel that runs a submission without the sandbox: ``python3``, which
+#: Jupyter starts with the grading process's own Python. Grading names its kernel
+#: either way: a notebook's kernelspec names the project's kernel (``make lab``
+#: registers it), which a grading machine need not have.
+PLAIN_KERNEL = "python3"
 #: The sandboxed kernel's IPython folder: in its own ``/tmp``, the guard mounted in.
 IPYTHON_DIR = "/tmp/ipython"
 #: Where a sandboxed kernel finds the package, the data and the model cache
@@ -706,9 +711,10 @@ def _config(spec: dict[str, Any], student: str, root: Path, private: Path) -> An
     # longer, and go on with a warning.
     config.Execute.iopub_timeout = 15
     config.Execute.raise_on_iopub_timeout = False
+    # not the notebook's kernelspec (nbgrader would restore the teacher's)
+    config.Execute.kernel_name = KERNEL_NAME if spec["sandbox"] else PLAIN_KERNEL
     if spec["sandbox"]:
         # no network in the sandbox: ZeroMQ over Unix sockets in the kernel's folder
-        config.Execute.kernel_name = KERNEL_NAME
         config.KernelManager.transport = "ipc"
         config.KernelManager.ip = str(private / "kernel" / "ipc")
         config.KernelManager.connection_file = str(private / "kernel" / "kernel.json")

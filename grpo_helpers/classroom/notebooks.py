@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Execution", "execute"]
+__all__ = ["KERNEL", "Execution", "execute"]
+
+#: The kernel every notebook runs in: ``python3``, which Jupyter starts with this
+#: process's own Python. Not the notebook's kernelspec, which names the project's
+#: kernel (``make lab`` registers it): a fresh clone or CI has none.
+KERNEL = "python3"
 
 
 @dataclass(frozen=True)
@@ -40,8 +45,9 @@ def execute(
     fast: bool | None = None,
     env: Mapping[str, str] | None = None,
 ) -> Execution:
-    """Run every cell of ``nb`` (an ``nbformat`` notebook) in a fresh kernel, in
-    place: the outputs land in ``nb``.
+    """Run every cell of ``nb`` (an ``nbformat`` notebook) in a fresh kernel
+    (:data:`KERNEL`, whatever ``nb``'s kernelspec names), in place: the outputs
+    land in ``nb``.
 
     Args:
         nb: the notebook, as ``nbformat.read`` returns it.
@@ -64,7 +70,7 @@ def execute(
     client = NotebookClient(
         nb,
         timeout=timeout,
-        kernel_name="python3",
+        kernel_name=KERNEL,
         resources={"metadata": {"path": str(cwd)}},
     )
     started = time.perf_counter()

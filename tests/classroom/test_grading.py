@@ -416,3 +416,22 @@ def test_a_student_past_the_total_is_stopped_and_the_next_graded(tmp_path, monke
         outcome = json.loads((results / f"{student}.json").read_text())
         assert "longer than 0.5 s in total" in outcome["stopped"]
     assert time.perf_counter() - started < 30
+
+
+# ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("sandboxed", [False, True])
+def test_grading_names_its_kernel_not_the_notebooks(tmp_path, sandboxed):
+    """nbgrader runs the kernel grading names, not the one a notebook's kernelspec
+    names (the project's, which a grading machine need not have installed):
+    ``test_sandbox.py``'s --no-sandbox test grades where it is not installed."""
+    spec = {
+        "course_id": "course",
+        "assignment": "assignment",
+        "cell_seconds": 9,
+        "sandbox": {"bwrap": "bwrap"} if sandboxed else None,
+    }
+    config = grading._config(spec, "ada", tmp_path / "root", tmp_path / "private")
+    want = grading.KERNEL_NAME if sandboxed else grading.PLAIN_KERNEL
+    assert config.Execute.kernel_name == want

@@ -178,9 +178,13 @@ def test_grade_without_a_working_sandbox_stops_and_says_why(
 
 
 def test_grade_with_no_sandbox_warns_and_grades(edition, tmp_path, monkeypatch, capfd):
-    """--no-sandbox grades where no sandbox works, and says what that means."""
+    """--no-sandbox grades where no sandbox works, and says what that means; and
+    where the kernel the notebooks name (the project's) is not installed."""
     _, notebooks, course_dir = edition
     monkeypatch.setenv("GRPO_BWRAP", str(_broken_bwrap(tmp_path)))
+    # where `make lab` installed the project's kernel (--user), hide it
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "no-user-kernels"))
+    monkeypatch.delenv("JUPYTER_PATH", raising=False)
     folder = tmp_path / "submissions"
     (folder / "ada").mkdir(parents=True)
     solutions = [solution("smallest_group_size"), solution("success_advantage")]

@@ -3,7 +3,7 @@
 The total time of ``make series`` is the syllabus's full times added up; that of
 ``make test`` the latest fresh-clone measurement in docs/results.md; the model file's
 SHA-256 is the installed file's; the licence and citation files exist and agree
-with pyproject.toml.
+with pyproject.toml, and the citation with the README.
 """
 
 from __future__ import annotations
@@ -63,6 +63,22 @@ def test_the_licence_and_the_citation_agree_with_the_project():
     citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
     assert citation["license"] == "MIT"
     assert citation["version"] == project["version"]
+
+
+def test_the_citation_says_what_the_readme_says():
+    """CITATION.cff's title and abstract are the README's heading and first
+    paragraph; it cites the method and the data the series uses; and it gives a
+    repository address only where pyproject.toml gives one (none is known yet)."""
+    citation = yaml.safe_load((ROOT / "CITATION.cff").read_text())
+    heading, first = README.split("\n\n")[:2]
+    assert citation["title"] == heading.removeprefix("# ")
+    assert citation["abstract"] == " ".join(first.replace("`", "").split())
+    cited = [ref["identifiers"][0]["value"] for ref in citation["references"][:2]]
+    assert cited == ["arXiv:2402.03300", "arXiv:2110.14168"]  # DeepSeekMath, GSM8K
+    urls = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"].get(
+        "urls", {}
+    )
+    assert citation.get("repository-code") == urls.get("Repository")
 
 
 def test_the_download_quoted_is_the_measured_one():
