@@ -44,6 +44,7 @@ CORE = (
     "arithmetic",
     "checks",
     "config",
+    "knobs",
     "data",
     "datum",
     "engines",
@@ -417,10 +418,6 @@ TESTED_THROUGH = {
     "grpo_helpers.local.plain": (
         "classroom/test_self_checks.py",
         "notebook 04's plain-PyTorch step runs on it (grpo_step_by_hand)",
-    ),
-    "grpo_helpers.classroom.notebooks": (
-        "notebooks/test_executed.py",
-        "it executes every notebook once per session (helpers/notebook_runs.py)",
     ),
     "grpo_helpers.classroom.plain_step": (
         "classroom/test_self_checks.py",
