@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.trl.export_paths import without_machine_paths
 from grpo_helpers.trl.export_readme import readme
 from grpo_helpers.trl.mapping import (
     TRL_VERSION,
@@ -104,8 +105,15 @@ def export_trl(
         raise FileExistsError(f"{folder} is not empty; pass --overwrite to replace it")
     (folder / "accelerate").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(SCRIPT, folder / "train_grpo.py")
+    # no path of this machine: the run's directory (notebooks write absolute
+    # ones), the export folder, a base model's folder, the home folder
+    paths: list[str | Path] = [
+        folder.absolute(),
+        config.run_path.absolute(),
+        config.model_name,
+    ]
     (folder / "series_config.json").write_text(
-        json.dumps(config.to_dict(), indent=2) + "\n"
+        json.dumps(without_machine_paths(config.to_dict(), paths), indent=2) + "\n"
     )
     rewards = ", ".join(
         f"{name} (weight {w:g})"
@@ -141,5 +149,7 @@ def export_trl(
     processes = MULTI_GPU_PROCESSES
     (folder / "accelerate" / "single_gpu.yaml").write_text(_accelerate(1))
     (folder / "accelerate" / "multi_gpu.yaml").write_text(_accelerate(processes))
-    (folder / "README.md").write_text(readme(config, gpu, processes, mode))
+    (folder / "README.md").write_text(
+        without_machine_paths(readme(config, gpu, processes, mode), paths)
+    )
     return folder

@@ -18,25 +18,6 @@ from typing import Any
 from grpo_helpers.config import GRPOConfig
 
 
-def without_home(value: Any) -> Any:
-    """``value`` (text, or a JSON-like dict or list of them) with this machine's
-    home folder written ``~``: an exported file names no path of the machine that
-    trained it.
-
-    Example:
-        >>> without_home({"a": [str(Path.home() / "x")]})
-        {'a': ['~/x']}
-    """
-    home = str(Path.home())
-    if isinstance(value, str):
-        return value.replace(home, "~") if home not in ("", "/") else value
-    if isinstance(value, dict):
-        return {k: without_home(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [without_home(v) for v in value]
-    return value
-
-
 def _pin(name: str) -> str:
     import importlib.metadata
 

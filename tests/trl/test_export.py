@@ -361,3 +361,26 @@ def test_every_install_line_is_constrained_and_brings_what_the_script_imports(
     for hint in (mapping.INSTALL_HINT, mapping.VLLM_INSTALL):
         (command,) = install_commands(hint)
         assert " -c constraints.txt" in command, command
+
+
+def test_no_exported_file_names_a_path_of_this_machine(tmp_path):
+    """Issue 54: the export is read on another machine. A run directory written
+    absolute (as notebooks write it), the export folder, the home and the
+    current folder appear in none of its files; the run directory is written as
+    its name, and series_config.json still loads."""
+    run_dir = tmp_path / "deep" / "nb05-sync"
+    config = GRPOConfig(**(NOTEBOOK_05 | {"run_dir": str(run_dir)}))
+    folder = export.export_trl(config, tmp_path / "out")
+    needles = {str(tmp_path), str(Path.home()), str(Path.cwd()), str(ROOT)}
+    needles = {n for n in needles if len(Path(n).parts) > 1}
+    for path in folder.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for needle in needles:
+                assert needle.encode() not in data, (path.name, needle)
+    written = json.loads((folder / "series_config.json").read_text())
+    assert written["run_dir"] == "nb05-sync"
+    assert GRPOConfig.from_dict(written) == dataclasses.replace(
+        config, run_dir="nb05-sync"
+    )
+    assert "| `run_dir` | `'nb05-sync'` |" in (folder / "README.md").read_text()

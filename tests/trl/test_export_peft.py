@@ -147,17 +147,29 @@ def test_the_model_card_gives_settings_held_out_result_and_provenance(
     assert "PeftModel.from_pretrained" in card
     assert facts["base_model"]["file"]["kind"] == "tiny-random"
     assert facts["check"]["max_abs_diff"] == result.check["max_abs_diff"]
-    # no exported file names the training machine's home folder (issue 54)
-    home = str(Path.home())
-    for written in result.folder.rglob("*"):
-        if written.suffix in (".md", ".json", ".txt", ".yaml"):
-            assert home not in written.read_text(), written.name
     # the held-out result is kept in the run and reused by the next export
     heldout = tiny_run / export_checks.HELDOUT_FILE
     assert json.loads(heldout.read_text())["n"] == 2
     stamp = heldout.stat().st_mtime_ns
-    export_peft.export_peft(tiny_run, tmp_path / "again", merged=True, eval_questions=2)
+    merged = export_peft.export_peft(
+        tiny_run, tmp_path / "again", merged=True, eval_questions=2
+    )
     assert heldout.stat().st_mtime_ns == stamp
+    # no exported file names a path of the training machine (issue 54): its home,
+    # the run's folder, the export's, the current one; searched as bytes, the
+    # weights too
+    needles = {str(Path.home()), str(tiny_run.parent), str(tmp_path), str(Path.cwd())}
+    needles = {n for n in needles if len(Path(n).parts) > 1}
+    for folder in (result.folder, merged.folder):
+        written = [p for p in folder.rglob("*") if p.is_file()]
+        assert len(written) >= 4
+        for path in written:
+            data = path.read_bytes()
+            for needle in needles:
+                assert needle.encode() not in data, (folder.name, path.name, needle)
+    assert f"--from {tiny_run.name}`" in card and facts["run"] == tiny_run.name
+    assert facts["settings"]["run_dir"] == tiny_run.name
+    assert facts["weights"].startswith(f"local://{tiny_run.name}/checkpoints/")
 
 
 def test_the_held_out_result_scores_the_first_questions_of_the_test_split(
