@@ -80,6 +80,7 @@ CARRIED = {
     # (tests/core/test_training_temperature.py, the_trl_export_says_which_policy...)
     "train_temperature",
     "dynamic_sampling",  # refused when on (core/test_training_dynamic_sampling.py)
+    "max_steps_off_policy",  # refused when on (trl/test_mapping.py)
     # TRL recomputes the old logprobs with the trainer, and corrects vLLM's samples
     # with vLLM's own logprobs: the series' choice has no TRL setting
     "sampler_logprobs",

@@ -115,6 +115,7 @@ def test_notebook_05s_run_maps_setting_by_setting():
         ),
         ({"measure_kl": True}, ["measure_kl"]),
         ({"dynamic_sampling": 2}, ["dynamic_sampling"]),
+        ({"max_steps_off_policy": 1}, ["max_steps_off_policy"]),
         (
             {"temperature": 0.0, "dynamic_sampling": 5},
             ["temperature", "dynamic_sampling"],
