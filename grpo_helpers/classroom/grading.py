@@ -52,31 +52,16 @@ What the sandbox does not hold is in :mod:`grpo_helpers.classroom.sandbox` (the
 kernel still runs the teacher's Python and Linux kernel: an exploit of them is out
 of its reach) and ``docs/teaching.md``.
 
-**Time limits.** Two kinds of slowness must not be confused: a cell that imports
-torch or trains for a minute on a busy machine, and an endless loop in a learner's
-function. The grader limits *the graded function*, not the cells: the learner's
-code gets ``function_seconds`` (60 by default; ``GRPO_CHECK_SECONDS`` in the
-kernel) in each check and in each call of a hidden test. What an exercise's
-function does takes milliseconds (notebook 06's check samples a few tokens of the
-tiny model: about a second), so a minute cannot cut off a right answer however
-loaded the machine, while an endless loop is stopped after it and reported as
-such. A limit per cell could not do both: tight enough to stop a loop quickly, it
-would fail the slow import of a loaded machine.
-
-A learner's loop that swallows the alarm (``except BaseException``) or cancels it
-(``signal.setitimer``) is stopped from outside: the hidden test tells the grading
-process each case's deadline, and :data:`grading_guard.GRACE` (3) seconds after it the
-kernel and everything it started are killed; the notebook then gets no more points
-and the reason is in the grades file. A graded cell also has a budget that the
-kernel cannot change (``function_seconds`` per hidden case and check, plus a
-margin), any other cell ``cell_seconds`` (900 by default) plus the margin, a
-notebook ``notebook_seconds`` (1800); past it, the same. Nothing a kernel started
-outlives its notebook's execution: the grading process adopts orphans and kills
-them all before the grades are written (in the sandbox they die with its PID
-namespace anyway).
-``total_seconds`` per student (3600 by default) is the last backstop: the
-student's grading process is then stopped, that student's notebooks get no points
-with the reason in the grades file, and grading goes on with the next student.
+**Time limits** (``GradeConfig``; ``docs/teaching.md`` says why each). The grader
+limits *the graded function*, not the cells: the learner's code gets
+``function_seconds`` (``GRPO_CHECK_SECONDS`` in the kernel) in each check and each
+call of a hidden test, enough for any right answer on a loaded machine, while an
+endless loop is stopped and reported as such. A loop that swallows or cancels the
+alarm is killed from outside :data:`grading_guard.GRACE` seconds after the deadline
+the hidden test told the grading process. Cells have ``cell_seconds``, a notebook
+``notebook_seconds`` and a student ``total_seconds``; past any, the notebook gets
+no more points, the reason goes to the grades file, and nothing the kernel started
+outlives it (the grading process adopts orphans and kills them).
 
 The module is longer than most and stays whole: the grading process runs this very
 file as a script (copied beside ``grading_guard.py``, ``hidden_tests.py`` and
@@ -200,33 +185,12 @@ def grade(
     from grpo_helpers.classroom import course
     from grpo_helpers.classroom import sandbox as box
     from grpo_helpers.classroom.grade_settings import GradeConfig
-    from grpo_helpers.settings import SETTINGS
 
     config = replace(settings or GradeConfig(), **changes)
-    sandbox, feedback, workers = config.sandbox, config.feedback, config.workers
-    memory_mb, max_processes = config.memory_mb, config.max_processes
-    cell_seconds, function_seconds = config.cell_seconds, config.function_seconds
-    notebook_seconds, total_seconds = config.notebook_seconds, config.total_seconds
     submissions = Path(submissions)
     course_dir = Path(course.COURSE if course_dir is None else course_dir)
-    protected = [course.ROOT, course_dir, submissions]
-    limits = box.Limits(memory_mb=int(memory_mb), processes=int(max_processes))
-    if sandbox:
-        found = box.check([p.resolve() for p in protected])
-        if not found.works:
-            raise SandboxUnavailable(
-                "grade runs each submission in a sandbox, and no sandbox works "
-                f"here.\n{found.report()}"
-            )
-        isolation = {
-            "bwrap": found.bwrap,
-            "sized_tmp": box.supports(found.bwrap, "--size"),
-            "protected": [str(p.resolve()) for p in protected],
-            "model_cache": str(Path(SETTINGS.cache_dir).expanduser() / "models"),
-        }
-    else:
-        print(f"warning: {NO_SANDBOX}", file=sys.stderr)
-        isolation = None
+    limits = box.Limits(memory_mb=config.memory_mb, processes=config.max_processes)
+    isolation = _isolation(config.sandbox, [course.ROOT, course_dir, submissions])
     built = [course_dir / "gradebook.db", course_dir / course.KEY]
     if not all(path.is_file() for path in built):
         course.build_student(course=course_dir)
@@ -253,20 +217,20 @@ def grade(
         "assignment": course.ASSIGNMENT,
         "course_id": course.COURSE_ID,
         "key": str((course_dir / course.KEY).resolve()),
-        "cell_seconds": int(cell_seconds),
-        "function_seconds": float(function_seconds),
-        "notebook_seconds": float(notebook_seconds),
-        "feedback": bool(feedback),
+        "cell_seconds": int(config.cell_seconds),
+        "function_seconds": float(config.function_seconds),
+        "notebook_seconds": float(config.notebook_seconds),
+        "feedback": bool(config.feedback),
         "sandbox": isolation,
         "limits": box.as_dict(limits),
         "kernel_env": {
             "GRPO_FAST": "1",
             "GRPO_STRICT_CHECKS": "1",
-            "GRPO_CHECK_SECONDS": f"{float(function_seconds):g}",
+            "GRPO_CHECK_SECONDS": f"{float(config.function_seconds):g}",
             "MPLBACKEND": "Agg",
         },
     }
-    _run_drivers(spec, results, total_seconds, workers)
+    _run_drivers(spec, results, config.total_seconds, config.workers)
     rows = []
     for student in students:
         outcome = _read_json(results / f"{student}.json")
@@ -363,6 +327,29 @@ def _grade_ids(path: Path) -> list[tuple[str, float]]:
 # ----------------------------------------------------------------------------------
 # The grading processes: restarted past a student that stopped one
 # ----------------------------------------------------------------------------------
+
+
+def _isolation(sandbox: bool, protected: list[Path]) -> dict[str, Any] | None:
+    """What the grading process needs to sandbox each kernel (None: no sandbox,
+    with its warning); :class:`SandboxUnavailable` when none works here."""
+    from grpo_helpers.classroom import sandbox as box
+    from grpo_helpers.settings import SETTINGS
+
+    if not sandbox:
+        print(f"warning: {NO_SANDBOX}", file=sys.stderr)
+        return None
+    found = box.check([p.resolve() for p in protected])
+    if not found.works:
+        raise SandboxUnavailable(
+            "grade runs each submission in a sandbox, and no sandbox works "
+            f"here.\n{found.report()}"
+        )
+    return {
+        "bwrap": found.bwrap,
+        "sized_tmp": box.supports(found.bwrap, "--size"),
+        "protected": [str(p.resolve()) for p in protected],
+        "model_cache": str(Path(SETTINGS.cache_dir).expanduser() / "models"),
+    }
 
 
 def _run_drivers(
