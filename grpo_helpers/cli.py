@@ -24,8 +24,18 @@ from typing import Any
 
 from pytrio import PyTrioError
 
+from grpo_helpers.command_settings import (
+    BookCommand,
+    EvalCommand,
+    ExportBaseCommand,
+    ExportPeftCommand,
+    ExportTrlCommand,
+    LoopCommand,
+    SeriesCommand,
+    StudentCommand,
+    TrainCommand,
+)
 from grpo_helpers.config import (
-    MODES,
     EvalConfig,
     GRPOConfig,
     add_arguments,
@@ -44,10 +54,7 @@ def _train_parser(sub: argparse._SubParsersAction) -> None:
         "async loop, on the local engine or PyTRIO.",
     )
     _add_run_arguments(p)
-    p.add_argument("--resume", action="store_true", help="continue an interrupted run")
-    p.add_argument(
-        "--overwrite", action="store_true", help="start again in an existing run dir"
-    )
+    add_arguments(p, TrainCommand)
 
 
 def _add_run_arguments(p: argparse.ArgumentParser, suppress: bool = False) -> None:
@@ -57,9 +64,7 @@ def _add_run_arguments(p: argparse.ArgumentParser, suppress: bool = False) -> No
     With ``suppress`` a flag that was not given stays out of the parsed namespace,
     so the given ones can override a run's config.json.
     """
-    p.add_argument(
-        "--mode", choices=MODES, default=argparse.SUPPRESS if suppress else "sync"
-    )
+    add_arguments(p, LoopCommand, suppress=suppress)
     add_arguments(p, suppress=suppress)
 
 
@@ -101,14 +106,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
         "setting. A setting TRL cannot express is refused by name. The run is "
         "train's flags, or --from a run's config.json (flags given too override it).",
     )
-    t.add_argument(
-        "--from",
-        dest="from_config",
-        default=None,
-        help="a run's config.json (runs/<name>/config.json)",
-    )
-    t.add_argument("--out", default=None, help="default: exports/<weights-name>-trl")
-    t.add_argument("--overwrite", action="store_true", help="replace an export")
+    add_arguments(t, ExportTrlCommand)
     _add_run_arguments(t, suppress=True)
     q = targets.add_parser(
         "peft",
@@ -121,39 +119,7 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
         "model card (README.md) gives the run's settings, its held-out result and "
         "the base model's provenance.",
     )
-    q.add_argument(
-        "--from",
-        dest="from_run",
-        required=True,
-        help="the run directory (runs/<name>)",
-    )
-    q.add_argument(
-        "--merged", action="store_true", help="a merged transformers model folder"
-    )
-    q.add_argument(
-        "--out",
-        default=None,
-        help="default: exports/<weights-name>-peft (or -merged)",
-    )
-    q.add_argument("--overwrite", action="store_true", help="replace an export")
-    q.add_argument(
-        "--base-model",
-        default=None,
-        help="the base model the export is for (refused unless it is the run's)",
-    )
-    q.add_argument(
-        "--eval-questions",
-        type=int,
-        default=None,
-        help="held-out questions evaluated for the model card (default: notebook "
-        "07's, 100; 0: none)",
-    )
-    q.add_argument(
-        "--eval-max-tokens",
-        type=int,
-        default=None,
-        help="tokens per held-out answer (default: notebook 07's, 64)",
-    )
+    add_arguments(q, ExportPeftCommand)
     b = targets.add_parser(
         "base",
         help="the exact base model a run trained on, as a transformers folder",
@@ -164,19 +130,15 @@ def _export_parser(sub: argparse._SubParsersAction) -> None:
         "PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(<out>), "
         "<adapter folder>) on any machine.",
     )
-    b.add_argument(
-        "--model",
-        default=None,
-        help="the base model (default: the local engine's, SmolLM2-135M-Instruct)",
-    )
-    b.add_argument("--out", required=True, help="the folder to write")
-    b.add_argument("--overwrite", action="store_true", help="replace the folder")
+    add_arguments(b, ExportBaseCommand)
 
 
 def cmd_export_peft(args: argparse.Namespace) -> int:
     """``grpo export peft``: a run's weights as a PEFT adapter or merged model."""
     from grpo_helpers.trl import export_peft
 
+    if args.from_run is None:
+        raise ValueError("export peft needs --from, the run directory (runs/<name>)")
     result = export_peft.export_peft(
         args.from_run,
         args.out,
@@ -214,6 +176,8 @@ def cmd_export(args: argparse.Namespace) -> int:
     if args.target == "base":
         from grpo_helpers.trl import export_peft
 
+        if args.out is None:
+            raise ValueError("export base needs --out, the folder to write")
         folder = export_peft.export_base(args.model, args.out, args.overwrite)
         print(f"base model: {folder} (load it with AutoModelForCausalLM)")
         return 0
@@ -272,7 +236,7 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
         "checkpoint on the same questions: exact and lenient accuracy with 95%% "
         "Wilson intervals, the difference and McNemar's p-value.",
     )
-    p.add_argument("--checkpoint-path", default=None, help="weights path to compare")
+    add_arguments(p, EvalCommand)
     add_arguments(
         p,
         only=EVAL_RUN_FLAGS,
@@ -280,7 +244,6 @@ def _eval_parser(sub: argparse._SubParsersAction) -> None:
     )
     # The evaluation's settings, from EvalConfig's fields.
     add_arguments(p, EvalConfig, only=EVAL_FLAGS)
-    p.add_argument("--out", default=None, help="records file (.jsonl or .csv)")
     add_renamed(p, EVAL_RENAMED)
 
 
@@ -347,22 +310,7 @@ def _series_parser(sub: argparse._SubParsersAction) -> None:
         description="Execute every notebook of the series in order, on the default "
         "engine, and write executed copies (outputs and plots included).",
     )
-    p.add_argument("--notebooks", default=str(SETTINGS.project_root / "notebooks"))
-    p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "notebooks"))
-    p.add_argument(
-        "--only", default="", help="comma-separated prefixes, e.g. 01,02 (default: all)"
-    )
-    p.add_argument("--timeout", type=int, default=1800, help="seconds per cell")
-    p.add_argument(
-        "--record-times",
-        nargs="?",
-        const=str(SETTINGS.project_root / "bench" / "results" / "notebook-times.json"),
-        default=None,
-        metavar="FILE",
-        help="write each notebook's time, by mode (fast or full), into FILE "
-        "(default bench/results/notebook-times.json): the README's syllabus and "
-        "the notebooks' runtime lines quote it",
-    )
+    add_arguments(p, SeriesCommand)
 
 
 def cmd_series(args: argparse.Namespace) -> int:
@@ -404,7 +352,7 @@ def cmd_series(args: argparse.Namespace) -> int:
         summary.append((book.name, status, seconds, target))
         print(f"  {status} in {seconds:.0f} s -> {target}", flush=True)
         if args.record_times and status == "ok":
-            course.record_time(Path(args.record_times), book.stem, seconds)
+            course.record_time(Path(args.times_file), book.stem, seconds)
     print(
         "\nExecuted notebooks (open them with the project's kernel: "
         f"`make lab NOTEBOOKS={_shown(out)}`):"
@@ -430,7 +378,7 @@ def _book_parser(sub: argparse._SubParsersAction) -> None:
         "in build/notebooks/ (make series); a notebook without one is executed in "
         "fast mode and its page says so.",
     )
-    p.add_argument("--out", default=str(SETTINGS.project_root / "build" / "book"))
+    add_arguments(p, BookCommand)
 
 
 def cmd_book(args: argparse.Namespace) -> int:
@@ -455,16 +403,7 @@ def _student_parser(sub: argparse._SubParsersAction) -> None:
         "solutions, the hidden tests with their expected values, the gradebook) "
         "is what grade uses; never hand it out.",
     )
-    p.add_argument(
-        "--out",
-        default=str(SETTINGS.project_root / "build" / "student"),
-        help="the student edition: hand out all of it (default build/student)",
-    )
-    p.add_argument(
-        "--course",
-        default=str(SETTINGS.project_root / "build" / "grading"),
-        help="the teacher's course directory: keep it (default build/grading)",
-    )
+    add_arguments(p, StudentCommand)
 
 
 def cmd_student(args: argparse.Namespace) -> int:
@@ -493,11 +432,6 @@ def _grade_parser(sub: argparse._SubParsersAction) -> None:
         "are generous backstops. On Linux each kernel runs in a sandbox "
         "(bubblewrap) that sees only its own folder, no network and only its "
         "own processes; --check-sandbox says whether it works here.",
-    )
-    p.add_argument(
-        "submissions",
-        nargs="?",
-        help="a folder with one sub-folder per student",
     )
     from grpo_helpers.classroom.grade_settings import GradeConfig
 

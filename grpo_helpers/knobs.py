@@ -64,6 +64,9 @@ class Knob:
         trl: the TRL settings it sets (or where else the value goes); ``trl_how``:
             one line on how it maps, or when the export refuses it.
         group: the command line's group of flags (:data:`GROUPS`).
+        flag: the flag when it is not the field's name (``--from`` for
+            ``from_run``); ``positional``: an argument, not a flag (optional when
+            it has a default).
     """
 
     help: str
@@ -77,6 +80,8 @@ class Knob:
     trl: tuple[str, ...] = ()
     trl_how: str = ""
     group: str = "run"
+    flag: str = ""
+    positional: bool = False
 
     def problem(self, name: str, value: Any, kind: str, optional: bool) -> str | None:
         """Why ``value`` is not allowed for the knob ``name`` (None: it is).
@@ -259,7 +264,13 @@ def add_arguments(
             options["type"] = int if kind == "int" else float
         if spec.group not in groups:
             groups[spec.group] = parser.add_argument_group(GROUPS[spec.group])
-        groups[spec.group].add_argument(f"--{f.name.replace('_', '-')}", **options)
+        if spec.positional:
+            options["nargs"] = "?"
+            options.pop("action", None)
+            groups[spec.group].add_argument(f.name, **options)
+            continue
+        flag = spec.flag or f"--{f.name.replace('_', '-')}"
+        groups[spec.group].add_argument(flag, dest=f.name, **options)
 
 
 def add_renamed(parser: argparse.ArgumentParser, renamed: dict[str, str]) -> None:

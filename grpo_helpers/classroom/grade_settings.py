@@ -40,6 +40,11 @@ class GradeConfig:
         ValueError: Bad grading settings: workers must be >= 1, got 0
     """
 
+    submissions: str | None = knob(
+        None,
+        "a folder with one sub-folder per student (each with its notebooks)",
+        positional=True,
+    )
     check_sandbox: bool = knob(
         False,
         "say which bubblewrap grading uses and whether its sandbox works here, then "
@@ -96,8 +101,8 @@ class GradeConfig:
             raise ValueError("Bad grading settings: " + "; ".join(errors))
 
     def grade_kwargs(self) -> dict[str, Any]:
-        """The keywords of ``grading.grade`` (all but ``check_sandbox`` and
-        ``course``, which the command reads itself)."""
+        """The keywords of ``grading.grade`` (all but ``submissions``,
+        ``check_sandbox`` and ``course``, which the command reads itself)."""
         values = asdict(self)
-        del values["check_sandbox"], values["course"]
+        del values["submissions"], values["check_sandbox"], values["course"]
         return values

@@ -23,11 +23,7 @@ def _grade_parser():
 
 
 def test_every_flag_of_grade_is_a_field_of_grade_config():
-    flags = {
-        a.dest
-        for a in _grade_parser()._actions
-        if a.option_strings and a.dest != "help"
-    }
+    flags = {a.dest for a in _grade_parser()._actions if a.dest != "help"}
     assert flags == {f.name for f in fields(GradeConfig)}
 
 

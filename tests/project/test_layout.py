@@ -78,7 +78,7 @@ CORE_PATH = (
 
 
 #: The command line: it reaches every wing, and nothing imports it but __main__.
-DOOR = ("cli", "__main__")
+DOOR = ("cli", "command_settings", "__main__")
 
 
 #: Each layer, lowest first, with the layers (or wings) below it that it may import.
