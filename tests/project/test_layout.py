@@ -42,6 +42,7 @@ BASE = ("settings", "atomic_write")
 CORE = (
     "advantages",
     "arithmetic",
+    "calculator",
     "checks",
     "config",
     "data",
