@@ -58,6 +58,7 @@ CORE = (
     "run_files",
     "step",
     "step_math",
+    "tool_rollout",
     "tracking",
     "training",
 )
@@ -71,6 +72,7 @@ CORE_PATH = (
     "advantages",
     "datum",
     "rollout",
+    "tool_rollout",
     "step_math",
     "step",
     "training",
