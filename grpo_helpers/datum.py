@@ -17,7 +17,12 @@ token, and carries the sampler's logprob of that token and the completion's adva
 PyTRIO does no shifting for us (``auto_shift=False``), and every field must have the
 length of ``model_input``.
 
-Introduced in: 04_datum_alignment.ipynb
+A completion sampled with a tool (:mod:`grpo_helpers.tool_rollout`: GSM8K's
+calculator) comes in :class:`Turn` s, the policy's and the tool's;
+:func:`build_multiturn_datum` lays it out the same way, the tool's tokens in the
+model input and out of the loss.
+
+Introduced in: 04_datum_alignment.ipynb (a tool's turns: 12, to be written)
 """
 
 from __future__ import annotations
@@ -26,13 +31,31 @@ import math
 import operator
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 import pytrio as trio
 
-__all__ = ["RolloutSample", "alignment_table", "build_grpo_datum"]
+__all__ = [
+    "IGNORED_TARGET",
+    "POLICY",
+    "TOOL",
+    "RolloutSample",
+    "Turn",
+    "alignment_table",
+    "build_grpo_datum",
+    "build_multiturn_datum",
+]
+
+#: Who wrote a turn of a completion: the policy (sampled: trained on) or a tool
+#: (its tokens are in the model input, never in the loss or a ratio).
+POLICY = "policy"
+TOOL = "tool"
+#: The target of a position that no loss reads: PyTRIO leaves ``-100`` out of the
+#: loss, out of ``token_count`` (``loss_mean``'s denominator), and returns logprob 0
+#: there.
+IGNORED_TARGET = -100
 
 
 @dataclass
@@ -155,6 +178,136 @@ def build_grpo_datum(
             "target_tokens": np.asarray(target_tokens, dtype=np.int64),
             "logprobs": np.asarray(padded_logprobs, dtype=np.float32),
             "advantages": np.asarray(padded_advantages, dtype=np.float32),
+        },
+    )
+
+
+class Turn(NamedTuple):
+    """One turn of a completion sampled with a tool.
+
+    Attributes:
+        tokens: the turn's token ids (at least one).
+        logprobs: the sampler's logprob of each token of a policy turn; None for
+            a tool's turn (no policy drew those tokens).
+        whose: :data:`POLICY` or :data:`TOOL`.
+
+    Introduced in: 12 (GRPO with a tool; the notebook is still to be written)
+    """
+
+    tokens: list[int]
+    logprobs: list[float] | None
+    whose: str
+
+
+def _checked_turns(
+    turns: Sequence[Turn],
+) -> tuple[list[int], list[float], list[bool]]:
+    """The completion's tokens, a logprob per token (0.0 on a tool's) and whether
+    the policy wrote each, from validated turns."""
+    tokens: list[int] = []
+    logprobs: list[float] = []
+    policy: list[bool] = []
+    for index, turn in enumerate(turns):
+        ids = [operator.index(token) for token in turn.tokens]
+        if not ids:
+            raise ValueError(f"Turn {index} has no tokens")
+        if turn.whose == POLICY:
+            if turn.logprobs is None or len(turn.logprobs) != len(ids):
+                count = None if turn.logprobs is None else len(turn.logprobs)
+                raise ValueError(
+                    f"Turn {index} (policy): {len(ids)} tokens but {count} logprobs"
+                )
+            values = [
+                _check_finite(f"logprob of turn {index}", v) for v in turn.logprobs
+            ]
+        elif turn.whose == TOOL:
+            if turn.logprobs is not None:
+                raise ValueError(
+                    f"Turn {index} is the tool's: it has no sampler logprobs (None)"
+                )
+            values = [0.0] * len(ids)
+        else:
+            raise ValueError(f"Turn {index}: whose is {turn.whose!r}, not policy/tool")
+        tokens += ids
+        logprobs += values
+        policy += [turn.whose == POLICY] * len(ids)
+    if not any(policy):
+        raise ValueError("Cannot train on a completion with no policy token")
+    return tokens, logprobs, policy
+
+
+def build_multiturn_datum(
+    prompt_tokens: Sequence[int], turns: Sequence[Turn], advantage: float
+) -> trio.Datum:
+    """A completion of policy and tool turns as one ``pytrio.Datum``.
+
+    The model reads ``prompt + completion[:-1]``, the completion being every turn's
+    tokens in order, exactly as :func:`build_grpo_datum` lays out a one-turn
+    completion: the policy's tokens after a tool's turn are predicted from the
+    tool's text, as when they were sampled. Only the policy's tokens are trained::
+
+        position       0 .. P-2          P-1 .. P+C-2
+        model_input    prompt[0..P-2]    prompt[P-1], completion[0..C-2]
+        target_tokens  0 ...             the policy's token | -100 on a tool's
+        logprobs       0.0 ...           the sampled logprob | 0.0 on a tool's
+        advantages     0.0 ...           advantage | 0.0 on a tool's
+
+    A tool's token has target :data:`IGNORED_TARGET` (``-100``), the one per-token
+    mask of PyTRIO's policy losses (their ``weights`` key is read by
+    ``cross_entropy`` only): the position leaves the loss, the ``token_count``
+    that ``loss_mean`` divides by, and the learner's logprobs (0 there), so no
+    ratio, KL or mismatch metric can read it (:func:`step_math.completion_positions
+    <grpo_helpers.step_math.completion_positions>` skips it). Advantage 0 alone
+    would zero its gradient but still count it, with a ratio against a made-up
+    sampler logprob.
+
+    Args:
+        prompt_tokens: the prompt's token ids (``P >= 1``).
+        turns: the completion's turns (:class:`Turn`), at least one of the policy.
+        advantage: the completion's advantage, given to each policy token.
+
+    Returns:
+        A Datum of length ``L = P + C - 1``; with one policy turn, exactly
+        :func:`build_grpo_datum`'s.
+
+    Raises:
+        ValueError: an empty prompt or turn, no policy token, a policy turn whose
+            logprobs do not match its tokens, a tool turn with logprobs, an
+            unknown ``whose``, a negative token id, a non-finite value.
+
+    Example: the policy wrote ``[7, 8]``, the calculator ``[9]``, the policy ``[5]``.
+
+        >>> turns = [Turn([7, 8], [-0.5, -1.0], POLICY), Turn([9], None, TOOL),
+        ...          Turn([5], [-0.25], POLICY)]
+        >>> datum = build_multiturn_datum([1, 2], turns, 0.5)
+        >>> datum.model_input.to_ints()
+        [1, 2, 7, 8, 9]
+        >>> datum.loss_fn_inputs["target_tokens"].tolist()
+        [0, 7, 8, -100, 5]
+        >>> datum.loss_fn_inputs["advantages"].tolist()
+        [0.0, 0.5, 0.5, 0.0, 0.5]
+    """
+    prompt = [operator.index(token) for token in prompt_tokens]
+    if not prompt:
+        raise ValueError("Cannot build a datum from an empty prompt (no tokens)")
+    completion, logprobs, policy = _checked_turns(turns)
+    negative = [token for token in prompt + completion if token < 0]
+    if negative:
+        raise ValueError(f"Token ids must be >= 0; found {negative[0]}")
+    advantage = _check_finite("advantage", advantage)
+    pad = len(prompt) - 1
+    targets = [
+        t if p else IGNORED_TARGET for t, p in zip(completion, policy, strict=True)
+    ]
+    return trio.Datum(
+        model_input=trio.ModelInput.from_ints(prompt + completion[:-1]),
+        loss_fn_inputs={
+            "target_tokens": np.asarray([0] * pad + targets, dtype=np.int64),
+            "logprobs": np.asarray([0.0] * pad + logprobs, dtype=np.float32),
+            "advantages": np.asarray(
+                [0.0] * pad + [advantage if p else 0.0 for p in policy],
+                dtype=np.float32,
+            ),
         },
     )
 

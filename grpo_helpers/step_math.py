@@ -57,7 +57,7 @@ import numpy as np
 import pytrio as trio
 
 from grpo_helpers.advantages import is_degenerate, kl_penalty, length_scales
-from grpo_helpers.datum import RolloutSample, build_grpo_datum
+from grpo_helpers.datum import IGNORED_TARGET, RolloutSample, build_grpo_datum
 from grpo_helpers.rewards import answers_match, grade_answer, read_answer
 
 #: The gap between the sampler's logprobs and the trainer's at the same weights, on
@@ -275,12 +275,22 @@ def with_sampler_logprobs(
 
 
 def completion_positions(datum: trio.Datum) -> np.ndarray:
-    """The positions of a Datum that hold a completion token: those with a
-    sampler logprob or an advantage (a prompt's positions hold 0 in both)."""
+    """The positions of a Datum that hold a token the policy sampled: those with a
+    sampler logprob or an advantage (a prompt's positions hold 0 in both) and a
+    target (a tool's tokens have ``-100``, ``datum.IGNORED_TARGET``: no ratio, KL
+    or mismatch reads them).
+
+    >>> from grpo_helpers.datum import POLICY, TOOL, Turn, build_multiturn_datum
+    >>> turns = [Turn([7], [-0.5], POLICY), Turn([9], None, TOOL),
+    ...          Turn([5], [-0.25], POLICY)]
+    >>> completion_positions(build_multiturn_datum([1, 2], turns, 0.5)).tolist()
+    [False, True, False, True]
+    """
     inputs = datum.loss_fn_inputs
     old = np.asarray(inputs["logprobs"].tolist(), dtype=np.float64)
     adv = np.asarray(inputs["advantages"].tolist(), dtype=np.float64)
-    return (old != 0) | (adv != 0)
+    target = np.asarray(inputs["target_tokens"].tolist(), dtype=np.int64)
+    return ((old != 0) | (adv != 0)) & (target != IGNORED_TARGET)
 
 
 def _values(tensor: Any) -> np.ndarray:

@@ -125,3 +125,66 @@ def test_each_completions_kl_change_reaches_its_own_datum_when_one_is_masked():
     sent = [v for d in datums for v in d.loss_fn_inputs["advantages"].tolist()[2:]]
     assert len(datums) == 2
     assert sent == pytest.approx([-0.3, -0.3, 0.8, 0.8])
+
+
+# --- a completion with a tool's turns: no ratio, KL or mismatch reads the tool ----
+
+
+def _multiturn():
+    from grpo_helpers.datum import POLICY, TOOL, Turn, build_multiturn_datum
+
+    turns = [
+        Turn([10, 11], [-1.0, -2.0], POLICY),
+        Turn([20, 21], None, TOOL),
+        Turn([12], [-0.5], POLICY),
+    ]
+    return build_multiturn_datum([1, 2], turns, 0.5)  # positions 1, 2, 5: policy
+
+
+def _scored(values):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(loss_fn_outputs=[{"logprobs": np.array(values)}])
+
+
+#: The trainer's logprobs: the policy's tokens equal the sampler's, the tool's
+#: positions hold values far off (what a trainer asked of them would say).
+TRAINER = [0.0, -1.0, -2.0, -9.0, -7.0, -0.5]
+POLICY_AT = [False, True, True, False, False, True]
+
+
+def test_the_metrics_and_corrections_skip_a_tools_tokens():
+    datum = _multiturn()
+    assert step_math.completion_positions(datum).tolist() == POLICY_AT
+    scored = _scored(TRAINER)
+    mismatch = step_math.mismatch_metrics([datum], scored, None, 2.0)
+    assert mismatch == {
+        "mismatch_mean": 0.0,
+        "mismatch_max": 0.0,
+        "mismatch_kl": 0.0,
+        "mismatch_outside": 0.0,
+    }
+    ratios = step_math.ratio_metrics([scored], [datum], 0.8, 1.2)
+    assert ratios == {"ratio_mean": 1.0, "clip_frac": 0.0}
+    rescored = step_math.with_sampler_logprobs([datum], scored)[0]
+    assert rescored.loss_fn_inputs["logprobs"].tolist() == [0, -1, -2, 0, 0, -0.5]
+    new, weights = step_math.corrected_datums([datum], scored, "token_mask", None, 2.0)
+    assert weights == {"is_weight_mean": 1.0}
+    assert new[0].loss_fn_inputs["advantages"].tolist() == [0, 0.5, 0.5, 0, 0, 0.5]
+    gspo = step_math.sequence_ratio_datums([datum], scored)[0]
+    assert gspo.loss_fn_inputs["logprobs"].tolist() == [0, -1, -2, 0, 0, -0.5]
+    # Each keeps the tool's -100 targets.
+    for d in (rescored, new[0], gspo):
+        assert d.loss_fn_inputs["target_tokens"].tolist()[3:5] == [-100, -100]
+
+
+def test_a_tools_position_is_skipped_by_its_target_whatever_it_holds():
+    """Even with a logprob written there (a transform that filled every position
+    with the trainer's), a -100 target keeps a tool's token out of every ratio."""
+    datum = _multiturn()
+    filled = step_math._datum(
+        datum,
+        np.asarray(TRAINER),
+        np.asarray(datum.loss_fn_inputs["advantages"].tolist()),
+    )
+    assert step_math.completion_positions(filled).tolist() == POLICY_AT

@@ -42,6 +42,7 @@ BASE = ("settings", "atomic_write")
 CORE = (
     "advantages",
     "arithmetic",
+    "calculator",
     "checks",
     "config",
     "knobs",
@@ -58,6 +59,7 @@ CORE = (
     "run_files",
     "step",
     "step_math",
+    "tool_rollout",
     "tracking",
     "training",
 )
@@ -71,6 +73,7 @@ CORE_PATH = (
     "advantages",
     "datum",
     "rollout",
+    "tool_rollout",
     "step_math",
     "step",
     "training",
