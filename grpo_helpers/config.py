@@ -1,17 +1,18 @@
 """A run's settings: :class:`GRPOConfig`, each knob written once.
 
 A knob is one field of :class:`GRPOConfig`: its type and default, and in its
-metadata (:func:`knob`) its help text, the values it allows and the TRL setting it
-becomes. Everything else is generated from the fields:
+metadata (:func:`knob`, :mod:`grpo_helpers.knobs`) its help text and the values it
+allows. Everything else is generated from the fields:
 
 * :meth:`GRPOConfig.validate` (every float finite, every value in its range or
   among its choices, each message naming the setting);
 * the command line's flags (:func:`add_arguments`: ``--group-size`` for
-  ``group_size``, its type, default, choices and help);
-* the TRL export's table of rules (``grpo_helpers.trl.mapping.field_rules``).
+  ``group_size``, its type, default, choices and help).
 
-Adding a knob is one field. The module stays whole for that reason: a knob's
-rules sit in its field, and what reads them sits beside it. Example::
+How each field becomes a TRL setting is the TRL wing's, keyed by the field's name
+(``grpo_helpers.trl.mapping.FIELD_RULES``). Adding a knob is one field here and
+its rule there. The module stays whole: a knob's rules sit in its field, and the
+two config classes built of them sit together. Example::
 
     >>> config = GRPOConfig(group_size=8, backend="local")
     >>> config.group_size, knob_of("group_size").at_least
@@ -112,10 +113,6 @@ class GRPOConfig:
     base_model: str | None = knob(
         None,
         "the policy's base model (default: the engine's default)",
-        trl=("model",),
-        trl_how="the policy; train_grpo.py loads it through local.models."
-        "pretrained_dir (SmolLM2's offline copy and tiny-random become local "
-        "folders)",
     )
     lora_rank: int = knob(
         32,
@@ -123,190 +120,130 @@ class GRPOConfig:
         at_least=4,
         at_most=64,
         why="PyTRIO's limit",
-        trl=("LoraConfig.r",),
-        trl_how="peft LoraConfig(r, lora_alpha=32, lora_dropout=0, target_modules="
-        "'all-linear'): every linear layer but lm_head (see the differences)",
     )
     steps: int = knob(
         10,
         "GRPO steps",
         at_least=0,
-        trl=("max_steps",),
-        trl_how="steps x updates_per_batch: TRL counts optimiser steps",
     )
     all_data: bool = knob(
         False,
         "one pass over the train split (ignores --steps)",
-        trl=("num_train_epochs", "max_steps"),
-        trl_how="one pass: num_train_epochs=1, max_steps=-1",
     )
     limit: int | None = knob(
         None,
         "rows of the train split to use (default: all)",
         at_least=1,
-        trl=("dataset",),
-        trl_how="the first `limit` rows of the train split",
     )
     batch_size: int = knob(
         4,
         "prompts per step",
         at_least=1,
-        trl=("per_device_train_batch_size", "gradient_accumulation_steps"),
-        trl_how="batch_size x group_size completions per optimiser step, one "
-        "generation each (steps_per_generation=1); train_grpo.py divides the "
-        "per-device batch among the processes",
     )
     group_size: int = knob(
         4,
         "completions per prompt (G)",
         at_least=2,
         why="GRPO compares completions within a group",
-        trl=("num_generations",),
-        trl_how="the same G",
     )
     max_tokens: int = knob(
         1024,
         "most tokens per completion",
         at_least=1,
-        trl=("max_completion_length",),
-        trl_how="the same budget",
     )
     temperature: float = knob(
         1.0,
         "sampling temperature",
         at_least=0,
-        trl=("temperature",),
-        trl_how="the same; refused at 0 (TRL always samples). TRL's logprobs are "
-        "of logits / T (see the differences)",
     )
     top_p: float = knob(
         1.0,
         "nucleus sampling: the smallest set of tokens with this much probability",
         above=0,
         at_most=1,
-        trl=("top_p", "top_k"),
-        trl_how="the same top_p; top_k=0 (off), as here",
     )
     seed: int = knob(
         42,
         "seeds the LoRA initialisation, the sampling and the arithmetic problems",
-        trl=("seed",),
-        trl_how="the same seed (the arithmetic problems' too); TRL's random "
-        "streams differ, so the completions differ",
     )
     learning_rate: float = knob(
         4e-5,
         "Adam's learning rate",
         above=0,
-        trl=("learning_rate", "lr_scheduler_type", "warmup_steps"),
-        trl_how="the same, constant (TRL's default schedule decays linearly)",
     )
     beta1: float = knob(
         0.9,
         "Adam's beta1",
         at_least=0,
         below=1,
-        trl=("adam_beta1",),
-        trl_how="the same",
     )
     beta2: float = knob(
         0.95,
         "Adam's beta2",
         at_least=0,
         below=1,
-        trl=("adam_beta2", "adam_epsilon", "weight_decay", "optim"),
-        trl_how="the same; with pytrio.AdamParams' other defaults: eps 1e-12, no "
-        "weight decay",
     )
     reward: str = knob(
         "binary",
         "the reward function (rewards.REWARD_FUNCTIONS)",
         choices=tuple(REWARD_FUNCTIONS),
         accepted=tuple(EARLIER_REWARDS),
-        trl=("reward_funcs", "reward_weights"),
-        trl_how="the series' reward, imported and wrapped in TRL's signature; the "
-        "exact grade (binary) is logged beside it with weight 0",
     )
     advantage_scale: str = knob(
         "none",
         "none: reward - group mean; group: divided by the group's std too",
         choices=ADVANTAGE_SCALES,
-        trl=("scale_rewards",),
-        trl_how="none -> none (equal); group -> group (TRL's std is Bessel-corrected)",
     )
     weights_name: str = knob(
         "grpo-gsm8k",
         "the run's name: its weights and its directory runs/<weights-name>",
-        trl=("run_name",),
-        trl_how="the run's name (without SwanLab)",
     )
     swanlab: bool = knob(
         False,
         "log to SwanLab (off unless asked; offline by default, no account)",
-        trl=("report_to",),
-        trl_how="['swanlab'] (transformers' SwanLab callback)",
     )
     swanlab_project: str = knob(
         "trio-case",
         "SwanLab's project",
-        trl=("SWANLAB_PROJECT",),
-        trl_how="set by train_grpo.py",
     )
     swanlab_experiment_name: str = knob(
         "grpo-gsm8k",
         "SwanLab's experiment name",
-        trl=("run_name",),
-        trl_how="with SwanLab on",
     )
     swanlab_mode: str = knob(
         "offline",
         "offline (no account) writes runs/<name>/swanlog; local adds a dashboard; "
         "online needs an account",
         choices=SWANLAB_MODES,
-        trl=("SWANLAB_MODE",),
-        trl_how="set by train_grpo.py",
     )
     trackio: bool = knob(
         False,
         "log to trackio too (off unless asked; local-first: SQLite under "
         "runs/trackio, project grpo-notebooks, the run's weights-name)",
-        trl=("report_to",),
-        trl_how="['trackio'] (transformers' trackio callback)",
     )
     backend: str = knob(
         help="the engine: local (this machine) or pytrio (default: GRPO_BACKEND)",
         default_factory=lambda: SETTINGS.backend,
         choices=BACKENDS,
-        trl=("model",),
-        trl_how="chooses the default base model only: the engine is now TRL",
     )
     run_dir: str | None = knob(
         None,
         "the run directory (default: runs/<weights-name>)",
-        trl=("output_dir",),
-        trl_how="runs/<the run directory's name>-trl, where it is launched",
     )
     save_every: int = knob(
         1,
         "steps between resumable checkpoints (0: only at the end)",
         at_least=0,
-        trl=("save_strategy", "save_steps"),
-        trl_how="every save_every x updates_per_batch optimiser steps; 0: the "
-        "final adapter only",
     )
     dataset: str = knob(
         "gsm8k",
         "gsm8k, or arithmetic (word problems in its format a 135M model can learn)",
         choices=DATASETS,
-        trl=("dataset",),
-        trl_how="data.load_split: the same rows, in order (no shuffle)",
     )
     difficulty: int = knob(
         1,
         "arithmetic problems only: 1 (one + or -), 2 or 3",
         choices=(1, 2, 3),
-        trl=("dataset",),
-        trl_how="the arithmetic problems' difficulty",
     )
     # The knobs of the full GRPO objective (notebook 09); the defaults are the demo
     # scripts' loop: one unclipped update per batch, no KL, a plain token sum.
@@ -315,18 +252,12 @@ class GRPOConfig:
         "the per-token loss",
         choices=LOSS_FNS,
         group="objective",
-        trl=("loss_type", "epsilon", "epsilon_high"),
-        trl_how="ppo -> TRL's clipped loss (the same formula); importance_sampling "
-        "-> the same at mu=1 (ratio 1 where the sampler's logprobs are the trainer's: "
-        "the clip never acts); cispo -> cispo",
     )
     updates_per_batch: int = knob(
         1,
         "mu: optimiser steps on each batch of samples (use with --loss-fn ppo)",
         at_least=1,
         group="objective",
-        trl=("num_iterations",),
-        trl_how="mu, the same",
     )
     clip_low: float = knob(
         0.8,
@@ -334,40 +265,29 @@ class GRPOConfig:
         above=0,
         at_most=1,
         group="objective",
-        trl=("epsilon",),
-        trl_how="epsilon = 1 - clip_low",
     )
     clip_high: float = knob(
         1.2,
         "ppo and cispo: upper bound of the ratio",
         at_least=1,
         group="objective",
-        trl=("epsilon_high",),
-        trl_how="epsilon_high = clip_high - 1 (cispo: clip_high itself)",
     )
     kl_coef: float = knob(
         0.0,
         "beta: KL penalty to the base model, in the advantages (0: none)",
         at_least=0,
         group="objective",
-        trl=("beta", "use_bias_correction_kl"),
-        trl_how="beta = kl_coef; the two KL terms differ (see the differences)",
     )
     measure_kl: bool = knob(
         False,
         "log the KL to the base model even when --kl-coef is 0",
         group="objective",
-        trl=("beta",),
-        trl_how="TRL logs the KL when beta > 0; refused with kl_coef = 0",
     )
     normalization: str = knob(
         "token_sum",
         "length normalisation of the advantages",
         choices=NORMALIZATIONS,
         group="objective",
-        trl=("loss_type",),
-        trl_how="token_sum, constant -> dr_grpo; sequence_mean -> grpo; token_mean "
-        "-> dapo (batch_size 1 only); equal losses up to the factor c below",
     )
     train_temperature: str = knob(
         "1",
@@ -375,10 +295,6 @@ class GRPOConfig:
         "demo scripts); 'sampling', those of logits / temperature (TRL)",
         choices=TRAIN_TEMPERATURES,
         group="objective",
-        trl=("temperature",),
-        trl_how="sampling -> what TRL always trains (it divides the logits by "
-        "temperature before its loss); 1 at temperature != 1 has no TRL "
-        "equivalent (the export's notes say what differs)",
     )
     dynamic_sampling: int = knob(
         0,
@@ -388,8 +304,6 @@ class GRPOConfig:
         at_most=100,
         why="each batch's sampling seeds must stay apart from the next step's",
         group="objective",
-        trl_how="refused when > 0: TRL 1.16 has no dynamic sampling (its request, "
-        "trl#3708, is open)",
     )
     max_steps_off_policy: int = knob(
         0,
@@ -400,8 +314,6 @@ class GRPOConfig:
         at_most=1,
         why="the async loop keeps at most one step in flight",
         group="objective",
-        trl_how="refused when > 0: TRL samples each generation from the weights "
-        "at its start, with no setting for a sampler one update behind",
     )
     # When the sampler is not the trainer (notebook 11): which logprobs the ratio
     # divides by, and the corrections of the gap between the two.
@@ -413,10 +325,6 @@ class GRPOConfig:
         "sampler's weights (TRL)",
         choices=SAMPLER_LOGPROBS,
         group="objective",
-        trl=("vllm_importance_sampling_correction",),
-        trl_how="trainer -> TRL's old logprobs, recomputed at the sampler's "
-        "weights; behaviour -> vLLM's processed logprobs, which TRL's correction "
-        "compares with; model at temperature != 1 has no TRL equivalent",
     )
     sampler_precision: str = knob(
         "float32",
@@ -424,8 +332,6 @@ class GRPOConfig:
         "engine: faster, another policy; the mismatch metrics show how far)",
         choices=SAMPLER_PRECISIONS,
         group="objective",
-        trl_how="refused when bfloat16: TRL has no setting for a sampler in "
-        "another precision than the model's",
     )
     is_correction: str = knob(
         "none",
@@ -433,16 +339,12 @@ class GRPOConfig:
         "or sequence: truncated at --is-clip-max (TIS) or 0 outside the bounds (MIS)",
         choices=IS_CORRECTIONS,
         group="objective",
-        trl=("vllm_importance_sampling_mode", "vllm_importance_sampling_correction"),
-        trl_how="the same mode (with vLLM's samples); none -> correction off",
     )
     is_clip_max: float = knob(
         3.0,
         "the correction's upper bound C (TRL's default, 3)",
         above=1,
         group="objective",
-        trl=("vllm_importance_sampling_clip_max",),
-        trl_how="the same",
     )
     is_clip_min: float | None = knob(
         None,
@@ -450,8 +352,6 @@ class GRPOConfig:
         above=0,
         below=1,
         group="objective",
-        trl=("vllm_importance_sampling_clip_min",),
-        trl_how="the same",
     )
     ratio_level: str = knob(
         "token",
@@ -459,8 +359,6 @@ class GRPOConfig:
         "of the sequence's token ratios, shared by its tokens",
         choices=RATIO_LEVELS,
         group="objective",
-        trl=("importance_sampling_level",),
-        trl_how="the same (GSPO: arXiv 2507.18071)",
     )
     # Two safeguards (notebook 05): DAPO's masking of truncated completions, and
     # gradient clipping. Off by default, as in the demo scripts.
@@ -468,10 +366,6 @@ class GRPOConfig:
         False,
         "leave completions cut off at --max-tokens out of the loss (DAPO)",
         group="objective",
-        trl=("mask_truncated_completions",),
-        trl_how="the same: a completion cut off at the budget (the series: "
-        "stop_reason 'length'; TRL: no end-of-sequence token) is left out of the "
-        "loss, its reward still counts in its group's mean",
     )
     grad_clip_norm: float = knob(
         0.0,
@@ -479,9 +373,6 @@ class GRPOConfig:
         at_least=0,
         why="0: no clipping",
         group="objective",
-        trl=("max_grad_norm",),
-        trl_how="grad_clip_norm / c: TRL's loss, so its gradient, is the series' "
-        "divided by c (below), so it clips at the same point; 0: no clipping",
     )
 
     def __post_init__(self) -> None:

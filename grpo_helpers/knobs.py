@@ -1,8 +1,9 @@
 """Knobs: a setting declared once, as a dataclass field with its rules.
 
 A knob (:func:`knob`) is a field whose metadata holds a :class:`Knob`: its help
-text, the values it allows, its group of flags and, for a run's settings, the TRL
-setting it becomes. Everything else is generated from the fields: the validation
+text, the values it allows and its group of flags (how a run's setting becomes a
+TRL setting is the TRL wing's: ``grpo_helpers.trl.mapping.FIELD_RULES``).
+Everything else is generated from the fields: the validation
 of every config class built of knobs (:func:`field_problems`), and the command
 line's flags (:func:`add_arguments`, ``--group-size`` for ``group_size``; renamed
 flags kept as aliases that warn, :func:`add_renamed`). ``GRPOConfig`` and
@@ -61,8 +62,6 @@ class Knob:
         choices: the values a learner may choose; ``accepted``: values accepted but not
             offered (the names of earlier recorded runs' rewards).
         why: said after the bound when a value is refused.
-        trl: the TRL settings it sets (or where else the value goes); ``trl_how``:
-            one line on how it maps, or when the export refuses it.
         group: the command line's group of flags (:data:`GROUPS`).
         flag: the flag when it is not the field's name (``--from`` for
             ``from_run``); ``positional``: an argument, not a flag (optional when
@@ -77,8 +76,6 @@ class Knob:
     choices: tuple[Any, ...] = ()
     accepted: tuple[Any, ...] = ()
     why: str = ""
-    trl: tuple[str, ...] = ()
-    trl_how: str = ""
     group: str = "run"
     flag: str = ""
     positional: bool = False
@@ -161,7 +158,7 @@ def knob(
         default: the default value (or ``default_factory``, called per config).
         help: one line for ``--help``.
         **rules: the other :class:`Knob` attributes: the range, the choices, the
-            TRL mapping, the group of flags.
+            group of flags.
 
     Example:
         >>> knob(4, "prompts per step", at_least=1).metadata["knob"].at_least

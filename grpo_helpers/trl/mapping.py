@@ -3,8 +3,9 @@
 A run of the series is a :class:`~grpo_helpers.config.GRPOConfig`. This module maps
 every one of its fields onto TRL's ``GRPOTrainer`` (TRL 1.16.0) or refuses the
 export, naming the field and why TRL cannot express it: nothing is dropped
-silently. :data:`FIELD_RULES` has one rule per field, read from the
-field's metadata, :func:`trl_settings` computes TRL's ``GRPOConfig`` for a run,
+silently. :data:`FIELD_RULES` has one rule per field, by its name (a new knob of
+the run brings its rule here: :func:`unmapped` names one that did not),
+:func:`trl_settings` computes TRL's ``GRPOConfig`` for a run,
 :func:`refusals` lists what TRL cannot express, and :func:`loss_scale` is the
 constant between the two losses. :mod:`grpo_helpers.trl.export` writes the folder that
 trains the run with TRL from these.
@@ -12,6 +13,9 @@ trains the run with TRL from these.
 The losses are compared, not assumed: ``tests/trl/test_mapping_oracle.py`` computes
 TRL's own loss and the series' on the same tensors for each mapping below, and each
 known difference (:data:`KNOWN_DIFFERENCES`) names the test that pins it.
+
+The module is longer than most and stays whole: the rules, the settings and the
+refusals are one mapping, each read against the others.
 
 Introduced in: docs/beyond-the-laptop.md (after notebook 09)
 """
@@ -25,7 +29,7 @@ from typing import Any
 
 import pytrio as trio
 
-from grpo_helpers.config import GRPOConfig, knob_of, knobs
+from grpo_helpers.config import GRPOConfig
 
 __all__ = [
     "FIELD_RULES",
@@ -37,9 +41,9 @@ __all__ = [
     "VLLM_INSTALL",
     "VLLM_REQUIREMENT",
     "ExportRefused",
-    "field_rules",
     "gpu_precision",
     "loss_scale",
+    "unmapped",
     "refusals",
     "resolve_precision",
     "reward_names",
@@ -102,20 +106,226 @@ class FieldRule:
     how: str
 
 
-def field_rules(cls: type = GRPOConfig) -> dict[str, FieldRule]:
-    """One rule per knob of a config class, read from the knob's metadata
-    (``trl`` and ``trl_how`` of :func:`grpo_helpers.config.knob`): a new knob
-    brings its rule. The refusals are :func:`refusals`.
+#: How each field of the series' ``GRPOConfig`` becomes a TRL setting, by field name:
+#: a new knob brings its rule here (``tests/trl/test_mapping.py`` holds that every
+#: field has one). The refusals are :func:`refusals`.
+FIELD_RULES: dict[str, FieldRule] = {
+    "base_model": FieldRule(
+        ("model",),
+        "the policy; train_grpo.py loads it through local.models.pretrained_dir"
+        " (SmolLM2's offline copy and tiny-random become local folders)",
+    ),
+    "lora_rank": FieldRule(
+        ("LoraConfig.r",),
+        "peft LoraConfig(r, lora_alpha=32, lora_dropout=0, "
+        "target_modules='all-linear'): every linear layer but lm_head (see the "
+        "differences)",
+    ),
+    "steps": FieldRule(
+        ("max_steps",),
+        "steps x updates_per_batch: TRL counts optimiser steps",
+    ),
+    "all_data": FieldRule(
+        ("num_train_epochs", "max_steps"),
+        "one pass: num_train_epochs=1, max_steps=-1",
+    ),
+    "limit": FieldRule(
+        ("dataset",),
+        "the first `limit` rows of the train split",
+    ),
+    "batch_size": FieldRule(
+        ("per_device_train_batch_size", "gradient_accumulation_steps"),
+        "batch_size x group_size completions per optimiser step, one generation"
+        " each (steps_per_generation=1); train_grpo.py divides the per-device "
+        "batch among the processes",
+    ),
+    "group_size": FieldRule(
+        ("num_generations",),
+        "the same G",
+    ),
+    "max_tokens": FieldRule(
+        ("max_completion_length",),
+        "the same budget",
+    ),
+    "temperature": FieldRule(
+        ("temperature",),
+        "the same; refused at 0 (TRL always samples). TRL's logprobs are of "
+        "logits / T (see the differences)",
+    ),
+    "top_p": FieldRule(
+        ("top_p", "top_k"),
+        "the same top_p; top_k=0 (off), as here",
+    ),
+    "seed": FieldRule(
+        ("seed",),
+        "the same seed (the arithmetic problems' too); TRL's random streams "
+        "differ, so the completions differ",
+    ),
+    "learning_rate": FieldRule(
+        ("learning_rate", "lr_scheduler_type", "warmup_steps"),
+        "the same, constant (TRL's default schedule decays linearly)",
+    ),
+    "beta1": FieldRule(
+        ("adam_beta1",),
+        "the same",
+    ),
+    "beta2": FieldRule(
+        ("adam_beta2", "adam_epsilon", "weight_decay", "optim"),
+        "the same; with pytrio.AdamParams' other defaults: eps 1e-12, no weight decay",
+    ),
+    "reward": FieldRule(
+        ("reward_funcs", "reward_weights"),
+        "the series' reward, imported and wrapped in TRL's signature; the exact"
+        " grade (binary) is logged beside it with weight 0",
+    ),
+    "advantage_scale": FieldRule(
+        ("scale_rewards",),
+        "none -> none (equal); group -> group (TRL's std is Bessel-corrected)",
+    ),
+    "weights_name": FieldRule(
+        ("run_name",),
+        "the run's name (without SwanLab)",
+    ),
+    "swanlab": FieldRule(
+        ("report_to",),
+        "['swanlab'] (transformers' SwanLab callback)",
+    ),
+    "swanlab_project": FieldRule(
+        ("SWANLAB_PROJECT",),
+        "set by train_grpo.py",
+    ),
+    "swanlab_experiment_name": FieldRule(
+        ("run_name",),
+        "with SwanLab on",
+    ),
+    "swanlab_mode": FieldRule(
+        ("SWANLAB_MODE",),
+        "set by train_grpo.py",
+    ),
+    "trackio": FieldRule(
+        ("report_to",),
+        "['trackio'] (transformers' trackio callback)",
+    ),
+    "backend": FieldRule(
+        ("model",),
+        "chooses the default base model only: the engine is now TRL",
+    ),
+    "run_dir": FieldRule(
+        ("output_dir",),
+        "runs/<the run directory's name>-trl, where it is launched",
+    ),
+    "save_every": FieldRule(
+        ("save_strategy", "save_steps"),
+        "every save_every x updates_per_batch optimiser steps; 0: the final "
+        "adapter only",
+    ),
+    "dataset": FieldRule(
+        ("dataset",),
+        "data.load_split: the same rows, in order (no shuffle)",
+    ),
+    "difficulty": FieldRule(
+        ("dataset",),
+        "the arithmetic problems' difficulty",
+    ),
+    "loss_fn": FieldRule(
+        ("loss_type", "epsilon", "epsilon_high"),
+        "ppo -> TRL's clipped loss (the same formula); importance_sampling -> "
+        "the same at mu=1 (ratio 1 where the sampler's logprobs are the "
+        "trainer's: the clip never acts); cispo -> cispo",
+    ),
+    "updates_per_batch": FieldRule(
+        ("num_iterations",),
+        "mu, the same",
+    ),
+    "clip_low": FieldRule(
+        ("epsilon",),
+        "epsilon = 1 - clip_low",
+    ),
+    "clip_high": FieldRule(
+        ("epsilon_high",),
+        "epsilon_high = clip_high - 1 (cispo: clip_high itself)",
+    ),
+    "kl_coef": FieldRule(
+        ("beta", "use_bias_correction_kl"),
+        "beta = kl_coef; the two KL terms differ (see the differences)",
+    ),
+    "measure_kl": FieldRule(
+        ("beta",),
+        "TRL logs the KL when beta > 0; refused with kl_coef = 0",
+    ),
+    "normalization": FieldRule(
+        ("loss_type",),
+        "token_sum, constant -> dr_grpo; sequence_mean -> grpo; token_mean -> "
+        "dapo (batch_size 1 only); equal losses up to the factor c below",
+    ),
+    "train_temperature": FieldRule(
+        ("temperature",),
+        "sampling -> what TRL always trains (it divides the logits by "
+        "temperature before its loss); 1 at temperature != 1 has no TRL "
+        "equivalent (the export's notes say what differs)",
+    ),
+    "dynamic_sampling": FieldRule(
+        (),
+        "refused when > 0: TRL 1.16 has no dynamic sampling (its request, "
+        "trl#3708, is open)",
+    ),
+    "max_steps_off_policy": FieldRule(
+        (),
+        "refused when > 0: TRL samples each generation from the weights at its "
+        "start, with no setting for a sampler one update behind",
+    ),
+    "sampler_logprobs": FieldRule(
+        ("vllm_importance_sampling_correction",),
+        "trainer -> TRL's old logprobs, recomputed at the sampler's weights; "
+        "behaviour -> vLLM's processed logprobs, which TRL's correction "
+        "compares with; model at temperature != 1 has no TRL equivalent",
+    ),
+    "sampler_precision": FieldRule(
+        (),
+        "refused when bfloat16: TRL has no setting for a sampler in another "
+        "precision than the model's",
+    ),
+    "is_correction": FieldRule(
+        ("vllm_importance_sampling_mode", "vllm_importance_sampling_correction"),
+        "the same mode (with vLLM's samples); none -> correction off",
+    ),
+    "is_clip_max": FieldRule(
+        ("vllm_importance_sampling_clip_max",),
+        "the same",
+    ),
+    "is_clip_min": FieldRule(
+        ("vllm_importance_sampling_clip_min",),
+        "the same",
+    ),
+    "ratio_level": FieldRule(
+        ("importance_sampling_level",),
+        "the same (GSPO: arXiv 2507.18071)",
+    ),
+    "mask_truncated": FieldRule(
+        ("mask_truncated_completions",),
+        "the same: a completion cut off at the budget (the series: stop_reason "
+        "'length'; TRL: no end-of-sequence token) is left out of the loss, its "
+        "reward still counts in its group's mean",
+    ),
+    "grad_clip_norm": FieldRule(
+        ("max_grad_norm",),
+        "grad_clip_norm / c: TRL's loss, so its gradient, is the series' "
+        "divided by c (below), so it clips at the same point; 0: no clipping",
+    ),
+}
+
+
+def unmapped(cls: type = GRPOConfig) -> list[str]:
+    """The fields of a config class with no rule in :data:`FIELD_RULES`: a new
+    knob of the run must bring its rule here.
 
     Example:
-        >>> field_rules()["group_size"]
-        FieldRule(trl=('num_generations',), how='the same G')
+        >>> unmapped()
+        []
     """
-    return {f.name: FieldRule(knob_of(f).trl, knob_of(f).trl_how) for f in knobs(cls)}
+    from dataclasses import fields
 
-
-#: The rule of each field of the series' ``GRPOConfig``.
-FIELD_RULES: dict[str, FieldRule] = field_rules()
+    return [f.name for f in fields(cls) if f.name not in FIELD_RULES]
 
 
 class ExportRefused(ValueError):

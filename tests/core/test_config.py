@@ -2,10 +2,10 @@
 
 The command line's flags, the validation and the TRL export's rules are built from
 the fields (``config.add_arguments``, ``GRPOConfig.validate``,
-``trl.mapping.field_rules``). A made-up knob, added as one field of a subclass,
-shows that one edit is enough: it gets a flag with its help, its range refused by
-name, and a rule in the TRL mapping. Every float setting refuses ``inf`` and
-``nan`` by name; a bad setting fails before any model work.
+with the TRL rules in ``trl.mapping.FIELD_RULES`` by field name). A made-up knob,
+added as one field of a subclass, gets a flag with its help and its range refused
+by name; the TRL mapping names it until its rule is added. Every float setting
+refuses ``inf`` and ``nan`` by name; a bad setting fails before any model work.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from grpo_helpers.config import (
     knob_of,
     knobs,
 )
-from grpo_helpers.trl.mapping import FieldRule, field_rules
+from grpo_helpers.trl.mapping import unmapped
 
 FLOAT_SETTINGS = [f.name for f in dataclasses.fields(GRPOConfig) if f.type == "float"]
 
@@ -86,8 +86,6 @@ class WithWarmup(GRPOConfig):
         0,
         "steps of linear learning-rate warm-up",
         at_least=0,
-        trl=("warmup_steps",),
-        trl_how="the same",
     )
     entropy_coef: float = knob(
         0.0,
@@ -95,7 +93,6 @@ class WithWarmup(GRPOConfig):
         at_least=0,
         below=1,
         group="objective",
-        trl_how="refused when > 0: TRL 1.16 has no entropy bonus",
     )
 
 
@@ -133,11 +130,11 @@ def test_a_new_knob_is_validated_by_its_metadata(values, message):
         WithWarmup(backend="local", **values)
 
 
-def test_a_new_knob_brings_its_rule_to_the_trl_mapping():
-    rules = field_rules(WithWarmup)
-    assert rules["warmup_steps"] == FieldRule(("warmup_steps",), "the same")
-    assert rules["entropy_coef"].trl == () and "refused" in rules["entropy_coef"].how
-    assert set(rules) == {f.name for f in fields(WithWarmup)}
+def test_a_new_knob_without_its_trl_rule_is_named():
+    """The TRL rules live in the TRL wing, by field name: a knob added here and not
+    there is named (``trl/test_mapping.py`` holds that the series' has none)."""
+    assert unmapped(WithWarmup) == ["warmup_steps", "entropy_coef"]
+    assert unmapped(GRPOConfig) == []
 
 
 def test_the_command_line_has_one_flag_per_field_and_nothing_else_per_knob():
@@ -157,9 +154,12 @@ def test_the_command_line_has_one_flag_per_field_and_nothing_else_per_knob():
 
 
 def test_every_knob_has_help_a_trl_rule_and_a_default_that_validates():
+    """The TRL rule is the TRL wing's, by the field's name (trl/mapping.py)."""
+    from grpo_helpers.trl.mapping import FIELD_RULES
+
+    assert set(FIELD_RULES) == {f.name for f in fields(GRPOConfig)}
     for f in fields(GRPOConfig):
-        spec = knob_of(f)
-        assert spec.help and spec.trl_how, f.name
+        assert knob_of(f).help and FIELD_RULES[f.name].how, f.name
     GRPOConfig()  # the defaults pass their own rules
 
 
