@@ -14,8 +14,8 @@ the reward and the evaluation are the same as on GSM8K.
 * :func:`make_arithmetic_splits`: a disjoint train and held-out pair of any size.
 
 :func:`grpo_helpers.data.load_split` gives a run its rows from here or from GSM8K.
-Its arguments are checked by :mod:`grpo_helpers.checks`, as :mod:`grpo_helpers.data`'s
-are.
+Its arguments are checked as a config's knobs are (:func:`grpo_helpers.knobs.check`),
+as :mod:`grpo_helpers.data`'s are.
 
 Introduced in: 01_gsm8k_dataset.ipynb
 """
@@ -28,7 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from grpo_helpers.checks import check_choice, check_int
+from grpo_helpers.knobs import check
 
 __all__ = [
     "ARITHMETIC_ROWS",
@@ -279,7 +279,7 @@ def make_arithmetic_problems(n: int, seed: int = 0, difficulty: int = 1) -> Data
         >>> len(rows), rows[0]["answer"].splitlines()[-1].startswith("#### ")
         (3, True)
     """
-    check_int("n", n, 0)
+    check("n", n, at_least=0)
     if difficulty not in DIFFICULTIES:
         raise ValueError(
             f"Unknown difficulty {difficulty!r}; valid: "
@@ -332,8 +332,8 @@ def make_arithmetic_splits(
         >>> set(train["question"]).isdisjoint(test["question"])
         True
     """
-    check_int("n_train", n_train, 0)
-    check_int("n_test", n_test, 0)
+    check("n_train", n_train, at_least=0)
+    check("n_test", n_test, at_least=0)
     rows = make_arithmetic_problems(n_train + n_test, seed=seed, difficulty=difficulty)
     return rows.select(range(n_train)), rows.select(range(n_train, n_train + n_test))
 
@@ -370,7 +370,7 @@ def arithmetic_split(split: str, seed: int = 0, difficulty: int = 1) -> Dataset:
         >>> len(val), len(test), set(val["question"]).isdisjoint(test["question"])
         (500, 500, True)
     """
-    check_choice("split", split, tuple(ARITHMETIC_ROWS))
+    check("split", split, "str", choices=tuple(ARITHMETIC_ROWS))
     start = 0
     for name, size in ARITHMETIC_ROWS.items():
         if name == split:

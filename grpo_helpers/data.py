@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from grpo_helpers.arithmetic import arithmetic_split
-from grpo_helpers.checks import check_choice, check_int
+from grpo_helpers.knobs import check
 from grpo_helpers.settings import SETTINGS
 
 if TYPE_CHECKING:
@@ -246,8 +246,8 @@ def load_gsm8k(
         >>> extract_gsm8k_answer(rows[0]["answer"])
         '72'
     """
-    check_choice("split", split, SPLITS)
-    check_choice("source", source, SOURCES)
+    check("split", split, "str", choices=SPLITS)
+    check("source", source, "str", choices=SOURCES)
     if limit is not None and (
         isinstance(limit, bool) or not isinstance(limit, int) or limit < 0
     ):
@@ -342,10 +342,10 @@ def get_num_steps(dataset: Dataset, steps: int, batch_size: int, all_data: bool)
         >>> get_num_steps(rows, 7, 4, all_data=False)
         7
     """
-    check_int("batch_size", batch_size, 1)
+    check("batch_size", batch_size, at_least=1)
     if all_data:
         return (len(dataset) + batch_size - 1) // batch_size
-    return check_int("steps", steps, 0)
+    return check("steps", steps, at_least=0)
 
 
 def batch_indices(size: int, step: int, batch_size: int, all_data: bool) -> list[int]:
@@ -357,8 +357,8 @@ def batch_indices(size: int, step: int, batch_size: int, all_data: bool) -> list
         >>> batch_indices(5, 2, 2, all_data=False), batch_indices(5, 2, 2, True)
         ([4, 0], [4])
     """
-    check_int("step", step, 0)
-    check_int("batch_size", batch_size, 1)
+    check("step", step, at_least=0)
+    check("batch_size", batch_size, at_least=1)
     if size == 0:
         raise ValueError("Cannot pick a batch from an empty dataset")
     start = step * batch_size

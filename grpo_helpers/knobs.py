@@ -35,6 +35,7 @@ __all__ = [
     "GROUPS",
     "Knob",
     "add_arguments",
+    "check",
     "add_renamed",
     "default_of",
     "field_problems",
@@ -143,6 +144,30 @@ class Knob:
     def _is(name: str, value: Any, kind: str) -> str:
         words = {"bool": "True or False", "int": "an integer", "float": "a number"}
         return f"{name} must be {words.get(kind, 'a string')}, got {value!r}"
+
+
+def check(name: str, value: Any, kind: str = "int", **rules: Any) -> Any:
+    """``value`` when the :class:`Knob` rules ``rules`` allow it; else ValueError
+    naming ``name``, the value and what is allowed. The data functions' plain
+    arguments are checked as a config's knobs are.
+
+    Example::
+
+        >>> check("steps", 3, at_least=0)
+        3
+        >>> check("steps", -1, at_least=0)
+        Traceback (most recent call last):
+        ...
+        ValueError: steps must be >= 0, got -1
+        >>> check("split", "dev", "str", choices=("train", "test"))
+        Traceback (most recent call last):
+        ...
+        ValueError: unknown split 'dev'; choose one of train, test
+    """
+    problem = Knob("", **rules).problem(name, value, kind, optional=False)
+    if problem is not None:
+        raise ValueError(problem)
+    return value
 
 
 def knob(

@@ -152,7 +152,7 @@ def test_arithmetic_validation_and_test_splits_are_apart() -> None:
     assert len(test) == ARITHMETIC_ROWS["test"]
     seen = set(train["question"]) | set(validation["question"])
     assert seen.isdisjoint(test["question"])
-    with pytest.raises(ValueError, match="'train', 'validation', 'test'"):
+    with pytest.raises(ValueError, match="choose one of train, validation, test"):
         arithmetic_split("holdout")
 
 

@@ -398,11 +398,6 @@ TESTED_THROUGH = {
         "local/test_service.py",
         "the local engine's face: the client classes it hands out on first use",
     ),
-    "grpo_helpers.checks": (
-        "core/test_data.py",
-        "the argument errors of data and arithmetic (test_bad_limit, "
-        "test_batch_validation; core/test_arithmetic.py), and its doctests",
-    ),
     "grpo_helpers.provenance": (
         "core/test_training.py",
         "the provenance.json a run writes and a resume on another model file "
