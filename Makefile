@@ -14,6 +14,8 @@ VENV   ?= .venv
 comma            := ,
 PYTHON_MIN       := 3.11
 PYTHON_MIN_TUPLE := $(subst .,$(comma) ,$(PYTHON_MIN))
+# The Python to install where the system's is older (README.md says the same).
+PYTHON_GET       := 3.12
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 STAMP_ALL := $(VENV)/.installed-all
@@ -88,8 +90,10 @@ setup-all: $(STAMP_ALL)
 
 define VENV_FIRST
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < ($(PYTHON_MIN_TUPLE)))' \
-		|| { echo "grpo-notebooks needs Python >= $(PYTHON_MIN); $(PYTHON) is older:" \
-		"make setup PYTHON=python$(PYTHON_MIN)"; exit 1; }
+		|| { echo "grpo-notebooks needs Python >= $(PYTHON_MIN); $(PYTHON) is older" \
+		"or missing. Install one: uv python install $(PYTHON_GET) (uv installs" \
+		"Python itself), or on a Mac brew install python@$(PYTHON_GET); then" \
+		"make setup PYTHON=python$(PYTHON_GET)"; exit 1; }
 	@echo "make setup: torch is $(TORCH_BUILD)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) \
 		|| { echo "no venv: Debian and Ubuntu need the python3-venv package"; exit 1; }

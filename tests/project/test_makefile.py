@@ -45,7 +45,9 @@ def dry_run(
         check=True,
         env=env,
     )
-    return [line for line in done.stdout.splitlines() if " install " in line]
+    # the installs, not the refusal of an older Python (it names `uv python install`)
+    lines = done.stdout.splitlines()
+    return [line for line in lines if " install " in line and "echo " not in line]
 
 
 def fake_nvidia_smi(tmp_path: Path, gpu: bool) -> dict[str, str]:
