@@ -72,12 +72,14 @@ TORCH_BUILD := the CPU build from PyTorch's CPU index (no NVIDIA GPU found; GPU=
 TORCH_FROM  := $(FIND_LINKS) $(if $(filter pip,$(UV)),--extra-index-url $(CPU_INDEX),--torch-backend=cpu)
 endif
 
+# --no-sources: pyproject.toml's [tool.uv.sources] (torch from PyTorch's CPU index,
+# for `uv sync`) would override the build chosen above, the wheel folder's included.
 ifeq ($(UV),pip)
 INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_FROM) \
 	-c $(LOCK)
 else
 INSTALL := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode \
-	$(TORCH_FROM) -c $(LOCK)
+	--no-sources $(TORCH_FROM) -c $(LOCK)
 endif
 
 .PHONY: setup setup-all series test lint strip clean book student lab lock
@@ -123,10 +125,14 @@ lab: setup
 		--display-name "Python (grpo-notebooks)"
 	cd $(NOTEBOOKS) && $(if $(FAST),GRPO_FAST=1 )$(abspath $(VENV))/bin/jupyter lab
 
-# Refresh constraints.txt from pyproject.toml, preferring the versions it holds.
+# Refresh constraints.txt from pyproject.toml, preferring the versions it holds, then
+# copy its pins into pyproject.toml's [tool.uv] (what `uv sync` installs). PyPI's
+# torch (its CUDA dependencies pinned too, for a GPU), not [tool.uv]'s CPU index
+# (--no-sources), and not constrained by the pins it replaces (--no-config).
 lock: setup  # uv comes with the set-up
-	$(VENV)/bin/uv pip compile pyproject.toml --all-extras --universal \
-		--python-version $(PYTHON_MIN) -o $(LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml --all-extras --universal --no-config \
+		--no-sources --python-version $(PYTHON_MIN) -o $(LOCK)
+	$(PY) tools/uv_constraints.py
 
 book: setup-all
 	$(PY) -m grpo_helpers book
@@ -135,8 +141,8 @@ student: setup-all
 	$(PY) -m grpo_helpers student
 
 lint: setup-all
-	$(PY) -m ruff check grpo_helpers tests notebooks bench
-	$(PY) -m ruff format --check grpo_helpers tests notebooks bench
+	$(PY) -m ruff check grpo_helpers tests notebooks bench tools
+	$(PY) -m ruff format --check grpo_helpers tests notebooks bench tools
 	$(PY) -m nbstripout --verify notebooks/*.ipynb
 	$(PY) -m mypy
 
