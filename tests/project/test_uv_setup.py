@@ -216,3 +216,16 @@ def test_uv_resolves_the_project_with_the_cpu_build(tmp_path):
     name, model_version = MODEL.split("==")
     (model,) = [p for p in packages if p["name"] == name]
     assert model["version"] == model_version and not model.get("dependencies"), model
+
+
+def test_the_docs_say_which_route_to_take():
+    """The README names both routes and which one is tested; docs/package.md
+    says what ``uv sync`` installs and that the two do not mix in one .venv."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "`make setup` is the tested path; `uv sync` is the alternative" in readme
+    package = " ".join((ROOT / "docs" / "package.md").read_text().split())
+    for said in (
+        "`uv sync --all-extras` adds what `make setup-all` adds",
+        "Pick one route per checkout",
+    ):
+        assert said in package, said
