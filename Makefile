@@ -14,6 +14,8 @@ VENV   ?= .venv
 comma            := ,
 PYTHON_MIN       := 3.11
 PYTHON_MIN_TUPLE := $(subst .,$(comma) ,$(PYTHON_MIN))
+# The Python to install where the system's is older (README.md says the same).
+PYTHON_GET       := 3.12
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 STAMP_ALL := $(VENV)/.installed-all
@@ -70,12 +72,14 @@ TORCH_BUILD := the CPU build from PyTorch's CPU index (no NVIDIA GPU found; GPU=
 TORCH_FROM  := $(FIND_LINKS) $(if $(filter pip,$(UV)),--extra-index-url $(CPU_INDEX),--torch-backend=cpu)
 endif
 
+# --no-sources: pyproject.toml's [tool.uv.sources] (torch from PyTorch's CPU index,
+# for `uv sync`) would override the build chosen above, the wheel folder's included.
 ifeq ($(UV),pip)
 INSTALL := $(PY) -m pip install --quiet --disable-pip-version-check $(TORCH_FROM) \
 	-c $(LOCK)
 else
 INSTALL := $(VENV)/bin/uv pip install --quiet --python $(PY) --compile-bytecode \
-	$(TORCH_FROM) -c $(LOCK)
+	--no-sources $(TORCH_FROM) -c $(LOCK)
 endif
 
 .PHONY: setup setup-all series test lint strip clean book student lab lock
@@ -88,8 +92,10 @@ setup-all: $(STAMP_ALL)
 
 define VENV_FIRST
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < ($(PYTHON_MIN_TUPLE)))' \
-		|| { echo "grpo-notebooks needs Python >= $(PYTHON_MIN); $(PYTHON) is older:" \
-		"make setup PYTHON=python$(PYTHON_MIN)"; exit 1; }
+		|| { echo "grpo-notebooks needs Python >= $(PYTHON_MIN); $(PYTHON) is older" \
+		"or missing. Install one: uv python install $(PYTHON_GET) (uv installs" \
+		"Python itself), or on a Mac brew install python@$(PYTHON_GET); then" \
+		"make setup PYTHON=python$(PYTHON_GET)"; exit 1; }
 	@echo "make setup: torch is $(TORCH_BUILD)"
 	test -x $(PY) || $(PYTHON) -m venv $(VENV) \
 		|| { echo "no venv: Debian and Ubuntu need the python3-venv package"; exit 1; }
@@ -119,10 +125,14 @@ lab: setup
 		--display-name "Python (grpo-notebooks)"
 	cd $(NOTEBOOKS) && $(if $(FAST),GRPO_FAST=1 )$(abspath $(VENV))/bin/jupyter lab
 
-# Refresh constraints.txt from pyproject.toml, preferring the versions it holds.
+# Refresh constraints.txt from pyproject.toml, preferring the versions it holds, then
+# copy its pins into pyproject.toml's [tool.uv] (what `uv sync` installs). PyPI's
+# torch (its CUDA dependencies pinned too, for a GPU), not [tool.uv]'s CPU index
+# (--no-sources), and not constrained by the pins it replaces (--no-config).
 lock: setup  # uv comes with the set-up
-	$(VENV)/bin/uv pip compile pyproject.toml --all-extras --universal \
-		--python-version $(PYTHON_MIN) -o $(LOCK)
+	$(VENV)/bin/uv pip compile pyproject.toml --all-extras --universal --no-config \
+		--no-sources --python-version $(PYTHON_MIN) -o $(LOCK)
+	$(PY) tools/uv_constraints.py
 
 book: setup-all
 	$(PY) -m grpo_helpers book
@@ -131,8 +141,8 @@ student: setup-all
 	$(PY) -m grpo_helpers student
 
 lint: setup-all
-	$(PY) -m ruff check grpo_helpers tests notebooks bench
-	$(PY) -m ruff format --check grpo_helpers tests notebooks bench
+	$(PY) -m ruff check grpo_helpers tests notebooks bench tools
+	$(PY) -m ruff format --check grpo_helpers tests notebooks bench tools
 	$(PY) -m nbstripout --verify notebooks/*.ipynb
 	$(PY) -m mypy
 

@@ -45,7 +45,9 @@ def dry_run(
         check=True,
         env=env,
     )
-    return [line for line in done.stdout.splitlines() if " install " in line]
+    # the installs, not the refusal of an older Python (it names `uv python install`)
+    lines = done.stdout.splitlines()
+    return [line for line in lines if " install " in line and "echo " not in line]
 
 
 def fake_nvidia_smi(tmp_path: Path, gpu: bool) -> dict[str, str]:
@@ -89,6 +91,9 @@ def test_setup_installs_with_a_pinned_uv_and_the_same_extras(tmp_path):
         # imported module in every process (the test suite ran twice as long)
         assert all("--compile-bytecode" in x for x in installs)
         assert all("-c constraints.txt" in x for x in installs)
+        # pyproject.toml's [tool.uv.sources] (torch from the CPU index, for uv sync)
+        # would override the build make chose, the offline wheel folder's included
+        assert all("--no-sources" in x for x in installs)
 
 
 def _requirement_names(requirements: list[str]) -> set[str]:
@@ -120,6 +125,31 @@ def test_the_lock_covers_every_dependency_and_pins_the_tools():
         assert re.search(rf"\b{tool}==\d", dev), tool
 
 
+def test_make_lock_compiles_pypis_lock_and_copies_it_for_uv(tmp_path):
+    """``make lock`` compiles constraints.txt without pyproject.toml's [tool.uv]
+    (its constraints are the old lock's pins; its torch source the CPU index, whose
+    build has no CUDA dependencies to pin for a GPU), then copies the pins into
+    [tool.uv] for ``uv sync`` (tests/project/test_uv_setup.py)."""
+    done = subprocess.run(
+        ["make", "-n", "-C", str(ROOT), "lock", f"VENV={tmp_path / 'venv'}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    text = done.stdout.replace("\\\n", " ")
+    (compile_,) = [x for x in text.splitlines() if "uv pip compile" in x]
+    assert "--no-config" in compile_ and "--no-sources" in compile_, compile_
+    assert "-o constraints.txt" in compile_
+    # the command constraints.txt says wrote it
+    header = (ROOT / "constraints.txt").read_text().splitlines()[1]
+    assert header.split("uv pip compile")[1].split() == (
+        compile_.split("uv pip compile")[1].split()
+    ), (header, compile_)
+    after = text.split(compile_)[1]
+    assert "tools/uv_constraints.py" in after, after
+
+
 def test_a_wheel_folder_is_passed_on_only_when_given(tmp_path):
     wheels = tmp_path / "wheels"
     with_folder = dry_run(tmp_path, f"WHEELS={wheels}", "UNAME=Linux")
@@ -139,6 +169,7 @@ def test_no_gpu_installs_the_cpu_build(tmp_path):
     )
     for line in pip:
         assert "--extra-index-url https://download.pytorch.org/whl/cpu" in line, line
+        assert "--no-sources" not in line, line  # uv's option; pip reads no [tool.uv]
 
 
 def test_a_gpu_installs_a_cuda_build(tmp_path):
