@@ -71,3 +71,10 @@ def test_eval_speed_says_how_many_questions_the_split_has():
     )
     assert done.returncode == 2
     assert "--n 10000000" in done.stderr and "held-out split has" in done.stderr
+
+
+def test_loop_retrace_quick_runs_the_solutions_loop(tmp_path):
+    """Fast mode has nothing to retrace: the bench says which settings differ."""
+    result, out = bench_json("loop_retrace", tmp_path, "--quick")
+    assert result["steps"] == 2
+    assert result["retrace"].startswith("no retrace to check")
