@@ -62,6 +62,13 @@ OTHER_REWARD = "binary" if presets.NOTEBOOK["reward"] != "binary" else "shaped"
 #: 4e-4 either side of 1).
 GSPO_CLIP = (1 - 3e-4, 1 + 4e-4)
 
+#: A step with the bfloat16 sampler over one with the float32 sampler, in seconds
+#: (``python bench/step_time.py`` on SmolLM2, 2 threads, medians of 3: sampling
+#: 6.84 s against 8.37 s, training 8.49 s both): (6.84 + 8.49) / (8.37 + 8.49).
+BF16_STEP_TIME = (6.84 + 8.49) / (8.37 + 8.49)
+#: The steps the bfloat16 sampler makes in the baseline's 30 steps' time.
+BF16_EQUAL_TIME_STEPS = round(30 / BF16_STEP_TIME)
+
 #: Each variant changes the baseline in one place (GRPOConfig fields).
 VARIANTS: dict[str, dict[str, Any]] = {
     "baseline": {},
@@ -85,12 +92,23 @@ VARIANTS: dict[str, dict[str, Any]] = {
         "clip_low": GSPO_CLIP[0],
         "clip_high": GSPO_CLIP[1],
     },
+    # CISPO (MiniMax-M1): the ratio clipped and held as a weight (stop-gradient),
+    # so a clipped token still teaches; over two updates a batch, where the ratio
+    # leaves 1, beside notebook 09's "ppo, mu=2" whose clip drops those tokens.
+    "CISPO, mu=2": {"loss_fn": "cispo", "updates_per_batch": 2},
     # A faster sampler that is another policy: bfloat16 products, without and with
     # a truncated importance weight (TIS, C = 3) for its gap.
     "bfloat16 sampler": {"sampler_precision": "bfloat16"},
     "bfloat16 sampler + TIS": {
         "sampler_precision": "bfloat16",
         "is_correction": "token_truncate",
+    },
+    # The bfloat16 sampler at the baseline's wall time: its steps take
+    # BF16_STEP_TIME of the float32 sampler's (bench/step_time.py), so the
+    # baseline's 30 steps buy it BF16_EQUAL_TIME_STEPS.
+    "bfloat16 sampler, equal time": {
+        "sampler_precision": "bfloat16",
+        "steps": BF16_EQUAL_TIME_STEPS,
     },
 }
 
@@ -101,6 +119,8 @@ SAMPLER_VARIANTS = (
     "GSPO",
     "bfloat16 sampler",
     "bfloat16 sampler + TIS",
+    "CISPO, mu=2",
+    "bfloat16 sampler, equal time",
 )
 
 #: Variants of earlier ablations left out, and why.
