@@ -6,6 +6,8 @@ tests/classroom/test_self_checks.py checks ``train_loop`` against
 
 from __future__ import annotations
 
+from grpo_helpers.classroom.loop_check import FORBIDDEN
+
 
 def train_loop(service, run_config, train_rows):
     """Exercise 1: the sync GRPO loop of the demo scripts, from PyTRIO's client API.
@@ -115,7 +117,8 @@ HIDDEN_CASES = {
     # the reward, the seed and mask_truncated. A fake service samples completions
     # that depend on the prompt, the seed and how many updates the weights have had
     # (so a stale sampler sends other completions), answering 4, 5 or 6; some
-    # groups agree (degenerate), the longest completions are cut off. What is
+    # groups agree (degenerate), the longest completions are cut off (sent: this is
+    # exercise 1's grade, and exercise 3's masking is checked in its own cell). What is
     # projected is what loop_check compares, in the same shape: the training
     # clients' settings; per step, the sample calls keyed by their prompt (so the
     # order the prompts are visited in does not count) with their seed and the
@@ -126,17 +129,10 @@ HIDDEN_CASES = {
             (["4", "5", "6", "4"], 3, 2, 3, "binary", 0, False),
             (["5", "5", "4"], 4, 2, 4, "binary", 1, False),
             (["6", "4", "5", "5", "6"], 3, 3, 3, "shaped", 2, False),
-            (["4", "6", "5", "4"], 3, 2, 4, "shaped", 3, True),
+            (["4", "6", "5", "4"], 3, 2, 4, "shaped", 3, False),
         ],
         "tol": 1e-6,
-        "forbid": [
-            "grpo_helpers.training.train_sync",
-            "grpo_helpers.training.train_async",
-            "grpo_helpers.training.train",
-            "grpo_helpers.step_math.build_step_datums",
-            "grpo_helpers.rollout.run_rollout_group",
-            "grpo_helpers.rollout.samples_from_response",
-        ],
+        "forbid": list(FORBIDDEN),
         "setup": """
 import inspect
 from types import SimpleNamespace

@@ -76,6 +76,12 @@ def test_the_hidden_grader_fails_every_wrong_loop(grader, label):
     assert "hidden test of train_loop" in grader(WRONG_LOOPS[label])
 
 
+def test_the_hidden_grader_passes_exercise_1s_loop_before_exercise_3(grader):
+    """A loop that ignores ``mask_truncated`` is right for exercise 1, which is the
+    graded cell: the grader passes it, as the notebook check does."""
+    assert grader(UNMASKED) == ""
+
+
 def test_both_forbid_the_same_functions_and_the_notebook_names_them():
     """What the hidden grader forbids is what the notebook check refuses and what
     the exercise's "Do not call" names."""
