@@ -43,6 +43,7 @@ from grpo_helpers.knobs import (
     default_of,
     field_problems,
     knob,
+    raise_problems,
 )
 from grpo_helpers.rewards import EARLIER_REWARDS, REWARD_FUNCTIONS
 from grpo_helpers.settings import BACKENDS, DEFAULT_BASE_MODELS, SETTINGS
@@ -382,9 +383,7 @@ class GRPOConfig:
         """Raise ``ValueError`` naming each bad field, its value and what is allowed
         (every rule is the field's :class:`Knob`)."""
         errors = field_problems(self)
-        errors += self._combination_problems() if not errors else []
-        if errors:
-            raise ValueError("Bad GRPO configuration: " + "; ".join(errors))
+        raise_problems("Bad GRPO configuration", errors or self._combination_problems())
 
     def _combination_problems(self) -> list[str]:
         """Values that are each allowed but not together."""
@@ -565,9 +564,7 @@ class EvalConfig:
     )
 
     def __post_init__(self) -> None:
-        errors = field_problems(self)
-        if errors:
-            raise ValueError("Bad evaluation settings: " + "; ".join(errors))
+        raise_problems("Bad evaluation settings", field_problems(self))
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -27,7 +27,7 @@ from __future__ import annotations
 import argparse
 import math
 import numbers
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import MISSING, Field, dataclass, field, fields
 from typing import Any
 
@@ -43,6 +43,7 @@ __all__ = [
     "knob",
     "knob_of",
     "knobs",
+    "raise_problems",
 ]
 
 GROUPS = {
@@ -203,6 +204,13 @@ def field_problems(config: Any) -> list[str]:
         for f in knobs(type(config))
         if (problem := _problem(f, getattr(config, f.name))) is not None
     ]
+
+
+def raise_problems(what: str, problems: Sequence[str]) -> None:
+    """Raise ``ValueError("<what>: ...")`` naming every problem (a config's
+    :func:`field_problems`, and any of its own); nothing when there is none."""
+    if problems:
+        raise ValueError(f"{what}: " + "; ".join(problems))
 
 
 def _kind(f: Field) -> tuple[str, bool]:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from grpo_helpers.classroom.sandbox import Limits
-from grpo_helpers.config import field_problems, knob
+from grpo_helpers.knobs import field_problems, knob, raise_problems
 
 __all__ = ["GradeConfig"]
 
@@ -96,9 +96,7 @@ class GradeConfig:
     )
 
     def __post_init__(self) -> None:
-        errors = field_problems(self)
-        if errors:
-            raise ValueError("Bad grading settings: " + "; ".join(errors))
+        raise_problems("Bad grading settings", field_problems(self))
 
     def grade_kwargs(self) -> dict[str, Any]:
         """The keywords of ``grading.grade`` (all but ``submissions``,
