@@ -77,7 +77,7 @@ from grpo_helpers.classroom.self_checks import STUB_HINT, run_check
 from grpo_helpers.config import GRPOConfig
 
 __all__ = ["CHECK_RUN", "METRIC_KEYS", "check_config"]
-__all__ += ["FORBIDDEN", "train_loop_check"]
+__all__ += ["FORBIDDEN", "same_number", "train_loop_check"]
 
 #: The run both loops train in the check: the tiny random model, three steps of two
 #: prompts x four completions, mean-only advantages, a large learning rate (an
@@ -176,6 +176,7 @@ class _Log:
     clients: int = 0
     client_call: dict[str, Any] = field(default_factory=dict)  # its arguments
     tokenizer: Any = None
+    probe: Any = None  # PROBE as a Datum, for this tokenizer
     samples: list[_Sample] = field(default_factory=list)
     sent: list[tuple[int, Any]] = field(default_factory=list)  # (samples, Datum)
     loss_fns: set[str] = field(default_factory=set)
@@ -258,16 +259,18 @@ class _Sampler:
         return getattr(self._inner, name)
 
 
-def _probe(client: Any, tokenizer: Any) -> Any:
-    """What the client's weights say on :data:`PROBE`: its logprobs, through the
-    client API (``forward``, no gradient), so on any engine."""
-    import pytrio as trio
-
+def _probe_datum(tokenizer: Any) -> Any:
+    """:data:`PROBE` as a Datum (its tokens after the first, scored)."""
     from grpo_helpers.datum import RolloutSample, build_grpo_datum
 
     tokens = list(tokenizer.encode(PROBE, add_special_tokens=False))
     sample = RolloutSample(tokens[1:], [0.0] * (len(tokens) - 1), PROBE, 0.0, 0.0)
-    probe: trio.Datum = build_grpo_datum(tokens[:1], sample)
+    return build_grpo_datum(tokens[:1], sample)
+
+
+def _probe(client: Any, probe: Any) -> Any:
+    """What the client's weights say on the probe Datum: its logprobs, through the
+    client API (``forward``, no gradient), so on any engine."""
     out = client.forward([probe], loss_fn="importance_sampling").result()
     return np.asarray(out.loss_fn_outputs[0]["logprobs"].tolist(), dtype=float)
 
@@ -293,7 +296,7 @@ class _Trainer:
         log.updates.append(
             _Update(
                 log.pending,
-                _probe(self._inner, log.tokenizer),
+                _probe(self._inner, log.probe),
                 adam,
                 len(log.samples),
                 log.pending_calls,
@@ -336,6 +339,7 @@ class _Service:
             call.apply_defaults()
             log.client_call = dict(call.arguments)
             log.tokenizer = inner.get_tokenizer()
+            log.probe = _probe_datum(log.tokenizer)
         return _Trainer(inner, log)
 
     def create_sampling_client(self, *args: Any, **kwargs: Any) -> Any:
@@ -560,7 +564,7 @@ def _groups_hint(step: int, sent: list[Any], ref: _Reference, rows: Any) -> str:
     """Layers 2-4: ``""`` or what differs in the rewards, advantages and Datums."""
     if rows is not None:
         mine, want = rows[step].get("reward_mean"), ref.metrics[step]["reward_mean"]
-        if not _close(mine, want):
+        if not same_number(mine, want):
             return (
                 "reward_mean is not the mean of the run's rewards over the step's "
                 f"completions, sent or not: the run's reward is {ref.config.reward!r}"
@@ -702,7 +706,9 @@ def _updates_hint(step: int, got: list[_Update], ref: _Reference, log: _Log) -> 
     return ""
 
 
-def _close(value: Any, want: Any) -> bool:
+def same_number(value: Any, want: Any) -> bool:
+    """Whether a metric the loop returned is ``want`` to float's reach of the same
+    sums (not a number: no)."""
     try:
         return math.isclose(float(value), float(want), rel_tol=1e-6, abs_tol=1e-9)
     except (TypeError, ValueError):
@@ -735,7 +741,7 @@ def _metrics_hint(history: Any, reference: Any, steps: int) -> str:
                 float(row[key])
             except (TypeError, ValueError):
                 return f"step {step}: {key} is not a number"
-            if not _close(row[key], want[key]):
+            if not same_number(row[key], want[key]):
                 return f"step {step}: {key} differs from train_sync's ({_MEANING[key]})"
     return ""
 

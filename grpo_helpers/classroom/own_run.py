@@ -13,12 +13,12 @@ Introduced in: 10_grpo_whole.ipynb
 
 from __future__ import annotations
 
-import math
 from dataclasses import fields
 from typing import Any
 
 import pandas as pd
 
+from grpo_helpers.classroom.loop_check import same_number
 from grpo_helpers.config import GRPOConfig
 
 __all__ = ["RETRACE_KEYS", "history_frame", "panels", "retrace"]
@@ -87,7 +87,7 @@ def retrace(history: Any, run_config: GRPOConfig, recorded: Any) -> str:
     want = recorded.metrics
     same = [
         all(
-            k in frame and _close(frame[k].iloc[step], want[k].iloc[step])
+            k in frame and same_number(frame[k].iloc[step], want[k].iloc[step])
             for k in ("reward_mean", "datums")
         )
         for step in range(min(len(frame), len(want)))
@@ -135,10 +135,3 @@ def panels(frame: pd.DataFrame) -> list[str]:
             + ". Add a key to your metrics dict to draw its panel."
         )
     return drawn
-
-
-def _close(value: Any, want: Any) -> bool:
-    try:
-        return math.isclose(float(value), float(want), rel_tol=1e-6, abs_tol=1e-9)
-    except (TypeError, ValueError):
-        return False
