@@ -11,11 +11,11 @@ Introduced in: README.md (the commands)
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from grpo_helpers.config import MODES
 from grpo_helpers.knobs import knob
-from grpo_helpers.settings import SETTINGS
 
 __all__ = [
     "BookCommand",
@@ -30,8 +30,16 @@ __all__ = [
 ]
 
 
-def _under_root(*parts: str) -> str:
-    return str(SETTINGS.project_root.joinpath(*parts))
+def _course_path(name: str) -> Callable[[], str]:
+    """The default of a folder the course module names (``course.BOOK``...), read
+    when a command's settings are made: the course module loads only then."""
+
+    def default() -> str:
+        from grpo_helpers.classroom import course
+
+        return str(getattr(course, name))
+
+    return default
 
 
 @dataclass
@@ -113,11 +121,11 @@ class SeriesCommand:
 
     notebooks: str = knob(
         help="the notebooks' folder",
-        default_factory=lambda: _under_root("notebooks"),
+        default_factory=_course_path("NOTEBOOKS"),
     )
     out: str = knob(
         help="where the executed copies go",
-        default_factory=lambda: _under_root("build", "notebooks"),
+        default_factory=_course_path("EXECUTED"),
     )
     only: str = knob("", "comma-separated prefixes, e.g. 01,02 (default: all)")
     timeout: int = knob(1800, "seconds per cell", at_least=1)
@@ -128,7 +136,7 @@ class SeriesCommand:
     )
     times_file: str = knob(
         help="where --record-times writes",
-        default_factory=lambda: _under_root("bench", "results", "notebook-times.json"),
+        default_factory=_course_path("TIMES"),
     )
 
 
@@ -136,9 +144,7 @@ class SeriesCommand:
 class BookCommand:
     """``book``: the course site."""
 
-    out: str = knob(
-        help="the site's folder", default_factory=lambda: _under_root("build", "book")
-    )
+    out: str = knob(help="the site's folder", default_factory=_course_path("BOOK"))
 
 
 @dataclass
@@ -147,9 +153,9 @@ class StudentCommand:
 
     out: str = knob(
         help="the student edition: hand out all of it (default build/student)",
-        default_factory=lambda: _under_root("build", "student"),
+        default_factory=_course_path("STUDENT"),
     )
     course: str = knob(
         help="the teacher's course directory: keep it (default build/grading)",
-        default_factory=lambda: _under_root("build", "grading"),
+        default_factory=_course_path("COURSE"),
     )

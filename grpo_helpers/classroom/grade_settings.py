@@ -21,7 +21,7 @@ __all__ = ["GradeConfig"]
 
 
 def _course() -> str:
-    from grpo_helpers.classroom.course import COURSE
+    from grpo_helpers.classroom.course import COURSE  # the student command's too
 
     return str(COURSE)
 
